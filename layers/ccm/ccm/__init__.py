@@ -1,0 +1,1 @@
+"""Shared library of the serverless cloud controller (the Lambda layer)."""

@@ -1,0 +1,206 @@
+"""The delta message contract between the watcher and the reconciler Lambdas (schema version 1).
+
+A delta is a *hint*: reconcilers always re-read the live object, so a delta only has to say which object
+changed and carry enough (trimmed) fields to decide cheaply whether it matters. Body (JSON)::
+
+    {
+      "v": 1,                               # schema version
+      "kind": "Service" | "Node",
+      "type": "ADDED" | "MODIFIED" | "DELETED" | "SYNC",   # SYNC = relist / periodic resync
+      "key": "<namespace>/<name>" | "<node name>",
+      "uid": "<metadata.uid>",
+      "resourceVersion": "<metadata.resourceVersion>",
+      "observedAt": 1732240000.123,          # unix seconds when the watcher observed the change
+      "object": {...}                        # trimmed copy, see trim_service / trim_node
+    }
+
+SQS attributes: MessageGroupId = the key (per-object serialisation; hashed when longer than SQS allows);
+MessageDeduplicationId = sha256(uid/resourceVersion/type class) so that the same observation sent by a restarted
+or a second watcher collapses inside the 5-minute FIFO window. ADDED, MODIFIED and SYNC form one type class
+("upsert"): they all mean "the object now looks like resourceVersion N" and a relisting watcher cannot tell
+which one an earlier watcher sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+import fastjsonschema
+
+SCHEMA_VERSION: Final = 1
+KINDS: Final = ("Service", "Node")
+EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED", "SYNC")
+MAX_GROUP_ID_LEN: Final = 128
+LB_ANNOTATION_PREFIXES: Final = ("service.beta.kubernetes.io/", "service.kubernetes.io/")
+
+DELTA_SCHEMA: Final[dict[str, Any]] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "ccm delta v1",
+    "type": "object",
+    "required": ["v", "kind", "type", "key", "uid", "resourceVersion", "observedAt", "object"],
+    "additionalProperties": False,
+    "properties": {
+        "v": {"const": SCHEMA_VERSION},
+        "kind": {"enum": list(KINDS)},
+        "type": {"enum": list(EVENT_TYPES)},
+        "key": {"type": "string", "minLength": 1, "maxLength": 400, "pattern": "^[a-z0-9.:/-]+$"},
+        "uid": {"type": "string", "minLength": 1, "maxLength": 64},
+        "resourceVersion": {"type": "string", "minLength": 1, "maxLength": 64},
+        "observedAt": {"type": "number", "minimum": 0},
+        "object": {"type": "object"},
+    },
+}
+
+_validate = fastjsonschema.compile(DELTA_SCHEMA)
+
+
+class InvalidDelta(ValueError):
+    """The message body does not parse against the delta schema; it belongs in the DLQ."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    kind: str
+    type: str
+    key: str
+    uid: str
+    resource_version: str
+    observed_at: float
+    object: dict[str, Any]
+
+    @property
+    def namespace_name(self) -> tuple[str, str]:
+        namespace, _, name = self.key.partition("/")
+        return namespace, name
+
+    def to_body(self) -> str:
+        return json.dumps(
+            {
+                "v": SCHEMA_VERSION,
+                "kind": self.kind,
+                "type": self.type,
+                "key": self.key,
+                "uid": self.uid,
+                "resourceVersion": self.resource_version,
+                "observedAt": self.observed_at,
+                "object": self.object,
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    @property
+    def group_id(self) -> str:
+        return message_group_id(self.key)
+
+    @property
+    def deduplication_id(self) -> str:
+        return deduplication_id(self.uid, self.resource_version, self.type)
+
+
+def message_group_id(key: str) -> str:
+    if len(key) <= MAX_GROUP_ID_LEN:
+        return key
+    return "h:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def deduplication_id(uid: str, resource_version: str, event_type: str) -> str:
+    type_class = "delete" if event_type == "DELETED" else "upsert"
+    return hashlib.sha256(f"{uid}/{resource_version}/{type_class}".encode()).hexdigest()
+
+
+def parse_delta(body: str) -> Delta:
+    """Parse and validate one message body; raises InvalidDelta with a human-readable reason."""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError) as err:
+        raise InvalidDelta(f"body is not JSON: {err}") from err
+    try:
+        _validate(data)
+    except fastjsonschema.JsonSchemaException as err:
+        raise InvalidDelta(f"body does not match delta schema v{SCHEMA_VERSION}: {err}") from err
+    if data["kind"] == "Service" and data["key"].count("/") != 1:
+        raise InvalidDelta(f"Service key must be <namespace>/<name>, got {data['key']!r}")
+    return Delta(
+        kind=data["kind"],
+        type=data["type"],
+        key=data["key"],
+        uid=data["uid"],
+        resource_version=data["resourceVersion"],
+        observed_at=float(data["observedAt"]),
+        object=data["object"],
+    )
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def trim_service(svc: dict[str, Any]) -> dict[str, Any]:
+    """The fields a service reconciler (or a relevance filter) needs; never the whole object."""
+    meta, spec = _meta(svc), svc.get("spec") or {}
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(LB_ANNOTATION_PREFIXES)
+    }
+    trimmed: dict[str, Any] = {
+        "type": spec.get("type", "ClusterIP"),
+        "finalizers": list(meta.get("finalizers") or []),
+        "annotations": annotations,
+        "ports": [
+            {k: p[k] for k in ("name", "protocol", "port", "nodePort") if k in p} for p in spec.get("ports") or []
+        ],
+    }
+    for src, dst in (
+        (spec, "loadBalancerClass"),
+        (spec, "externalTrafficPolicy"),
+        (spec, "healthCheckNodePort"),
+        (meta, "deletionTimestamp"),
+    ):
+        if src.get(dst) is not None:
+            trimmed[dst] = src[dst]
+    return trimmed
+
+
+def trim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """Node fields that matter to membership, initialisation and routes (no images, no heartbeats)."""
+    meta, spec, status = _meta(node), node.get("spec") or {}, node.get("status") or {}
+    ready = next(
+        (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), "Unknown"
+    )
+    trimmed: dict[str, Any] = {
+        "labels": dict(meta.get("labels") or {}),
+        "taints": [{k: t[k] for k in ("key", "value", "effect") if k in t} for t in spec.get("taints") or []],
+        "providerID": spec.get("providerID", ""),
+        "podCIDRs": list(spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])),
+        "addresses": [{"type": a.get("type"), "address": a.get("address")} for a in status.get("addresses") or []],
+        "ready": ready,
+        "unschedulable": bool(spec.get("unschedulable", False)),
+    }
+    if meta.get("deletionTimestamp") is not None:
+        trimmed["deletionTimestamp"] = meta["deletionTimestamp"]
+    return trimmed
+
+
+def delta_for(kind: str, event_type: str, obj: dict[str, Any], observed_at: float | None = None) -> Delta:
+    """Build the delta for a Kubernetes object (a plain JSON dict) observed by the watcher."""
+    meta = _meta(obj)
+    if kind == "Service":
+        key, trimmed = f"{meta['namespace']}/{meta['name']}", trim_service(obj)
+    elif kind == "Node":
+        key, trimmed = str(meta["name"]), trim_node(obj)
+    else:
+        raise ValueError(f"unknown kind {kind!r}")
+    return Delta(
+        kind=kind,
+        type=event_type,
+        key=key,
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        observed_at=time.time() if observed_at is None else observed_at,
+        object=trimmed,
+    )

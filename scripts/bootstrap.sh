@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create or reuse .venv and install the pinned dev environment. Idempotent and quiet when up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+want=$(cat requirements-dev.txt layers/ccm/requirements.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+  echo "$want" > "$stamp"
+fi
+# Make the layer's package (ccm) and the repo's packages (watcher, devstack, bench) importable,
+# exactly as the Lambda layer puts ccm on sys.path.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n%s\n' "$PWD/layers/ccm" "$PWD" > "$site/serverless_ccm.pth"
