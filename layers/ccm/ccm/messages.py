@@ -144,9 +144,7 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 def trim_service(svc: dict[str, Any]) -> dict[str, Any]:
     """The fields a service reconciler (or a relevance filter) needs; never the whole object."""
     meta, spec = _meta(svc), svc.get("spec") or {}
-    annotations = {
-        k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(LB_ANNOTATION_PREFIXES)
-    }
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(LB_ANNOTATION_PREFIXES)}
     trimmed: dict[str, Any] = {
         "type": spec.get("type", "ClusterIP"),
         "finalizers": list(meta.get("finalizers") or []),
@@ -169,9 +167,7 @@ def trim_service(svc: dict[str, Any]) -> dict[str, Any]:
 def trim_node(node: dict[str, Any]) -> dict[str, Any]:
     """Node fields that matter to membership, initialisation and routes (no images, no heartbeats)."""
     meta, spec, status = _meta(node), node.get("spec") or {}, node.get("status") or {}
-    ready = next(
-        (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), "Unknown"
-    )
+    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), "Unknown")
     trimmed: dict[str, Any] = {
         "labels": dict(meta.get("labels") or {}),
         "taints": [{k: t[k] for k in ("key", "value", "effect") if k in t} for t in spec.get("taints") or []],

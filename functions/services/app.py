@@ -1,0 +1,12 @@
+"""Service reconciler Lambda: SQS FIFO batch of Service deltas -> converge each Service's load balancer."""
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from ccm.service.runtime import logger, metrics, runtime
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return runtime().handle_batch(event, context)

@@ -1,0 +1,1 @@
+"""AWS drivers implementing ccm.contracts."""

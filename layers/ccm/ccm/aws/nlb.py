@@ -1,0 +1,280 @@
+"""The NLB driver: implements ccm.contracts.LoadBalancer with ELBv2, reading as little as it can.
+
+Reads on a no-op reconcile: DescribeLoadBalancers (by name), DescribeListeners, DescribeTargetGroups (by LB)
+and one DescribeTargetHealth per target group. A thorough pass (retries after a crash, periodic resync, and every
+delete) additionally asks the Resource Groups Tagging API for everything tagged with the Service's UID, so target
+groups orphaned by a crash between two calls are found and deleted: nothing leaks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ccm.aws import names
+from ccm.aws import nlb_model as m
+from ccm.aws.clients import AwsClients
+from ccm.aws.subnets import choose_subnets
+from ccm.contracts import (
+    ImplementedElsewhere,
+    Ingress,
+    InvalidServiceConfig,
+    KubeObject,
+    LoadBalancerStatus,
+    RetryError,
+)
+from ccm.service import predicates as p
+
+log = logging.getLogger(__name__)
+
+
+def _code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+class NetworkLoadBalancers:
+    def __init__(self, clients: AwsClients, vpc_id: str, our_class: str) -> None:
+        self.clients = clients
+        self.vpc_id = vpc_id
+        self.our_class = our_class
+        self._local = threading.local()
+
+    @property
+    def thorough(self) -> bool:
+        """Per reconcile (per thread): also look for orphans through the tagging API."""
+        return bool(getattr(self._local, "thorough", False))
+
+    @thorough.setter
+    def thorough(self, value: bool) -> None:
+        self._local.thorough = value
+
+    # -- contract ---------------------------------------------------------------------------------------------
+    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:
+        return names.load_balancer_name(p.meta(service)["uid"])
+
+    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
+        lb = self._describe_lb(self.get_load_balancer_name(cluster_name, service))
+        if lb is None:
+            return None, False
+        return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),)), True
+
+    def ensure_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
+    ) -> LoadBalancerStatus:
+        if not p.belongs_to_us(service, self.our_class):
+            raise ImplementedElsewhere()
+        desired = m.desired_nlb(service, nodes, cluster_name, self.vpc_id)
+        lb = self._describe_lb(desired.name)
+        if lb is None:
+            lb = self._create_lb(desired, cluster_name)
+        elif lb.get("Scheme") != desired.scheme:
+            raise InvalidServiceConfig(
+                f"the NLB scheme is {lb.get('Scheme')} and cannot change to {desired.scheme} after creation"
+            )
+        observed = self._observe(lb, p.meta(service)["uid"], with_targets=True)
+        self._apply(m.plan(desired, observed), observed, desired)
+        return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),))
+
+    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
+        self.ensure_load_balancer(cluster_name, service, nodes)
+
+    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
+        self.delete_for_uid(p.meta(service)["uid"])
+
+    # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
+    def delete_for_uid(self, uid: str) -> None:
+        lb = self._describe_lb(names.load_balancer_name(uid))
+        groups = self._tagged_target_groups(uid)
+        if lb is not None:
+            for tg in self._target_groups_of(lb["LoadBalancerArn"]):
+                groups.setdefault(tg["TargetGroupArn"], tg)
+            # Deleting the LB deletes its listeners with it.
+            self.clients.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
+        for arn in sorted(groups):
+            self._delete_target_group(arn)
+
+    def load_balancer_exists_for_uid(self, uid: str) -> bool:
+        return self._describe_lb(names.load_balancer_name(uid)) is not None
+
+    # -- reads ------------------------------------------------------------------------------------------------
+    def _describe_lb(self, name: str) -> dict[str, Any] | None:
+        try:
+            found = self.clients.elbv2.describe_load_balancers(Names=[name])["LoadBalancers"]
+        except ClientError as err:
+            if _code(err) == "LoadBalancerNotFound":
+                return None
+            raise
+        return found[0] if found else None
+
+    def _target_groups_of(self, lb_arn: str) -> list[dict[str, Any]]:
+        try:
+            groups: list[dict[str, Any]] = self.clients.elbv2.describe_target_groups(LoadBalancerArn=lb_arn)[
+                "TargetGroups"
+            ]
+        except ClientError as err:
+            if _code(err) == "TargetGroupNotFound":  # some implementations say so for an LB without groups
+                return []
+            raise
+        return groups
+
+    def _tagged_target_groups(self, uid: str) -> dict[str, dict[str, Any]]:
+        """Target groups tagged with this UID, attached or not (the tagging API is eventually consistent, so
+        this complements the by-LB reads; it never replaces them)."""
+        found: dict[str, dict[str, Any]] = {}
+        paginator = self.clients.tagging.get_paginator("get_resources")
+        for page in paginator.paginate(
+            TagFilters=[{"Key": names.SERVICE_UID_TAG, "Values": [uid]}],
+            ResourceTypeFilters=["elasticloadbalancing:targetgroup"],
+        ):
+            for item in page.get("ResourceTagMappingList", []):
+                found[item["ResourceARN"]] = {"TargetGroupArn": item["ResourceARN"]}
+        return found
+
+    def _observe(self, lb: dict[str, Any], uid: str, with_targets: bool) -> m.ObservedNLB:
+        elbv2, lb_arn = self.clients.elbv2, lb["LoadBalancerArn"]
+        observed = m.ObservedNLB(arn=lb_arn, dns_name=lb["DNSName"], scheme=lb.get("Scheme", ""))
+        for listener in elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]:
+            forward: dict[str, Any] = next(
+                (a for a in listener.get("DefaultActions", []) if a.get("Type") == "forward"), {}
+            )
+            observed.listeners.append(
+                m.ObservedListener(
+                    listener["ListenerArn"],
+                    int(listener["Port"]),
+                    listener["Protocol"],
+                    forward.get("TargetGroupArn", ""),
+                )
+            )
+        groups = {tg["TargetGroupArn"]: tg for tg in self._target_groups_of(lb_arn)}
+        if self.thorough:
+            orphans = [arn for arn in self._tagged_target_groups(uid) if arn not in groups]
+            if orphans:
+                for tg in elbv2.describe_target_groups(TargetGroupArns=orphans)["TargetGroups"]:
+                    groups[tg["TargetGroupArn"]] = tg
+        for arn, tg in groups.items():
+            targets: frozenset[str] = frozenset()
+            if with_targets:
+                health = elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]
+                targets = frozenset(
+                    d["Target"]["Id"] for d in health if d.get("TargetHealth", {}).get("State") != "draining"
+                )
+            observed.target_groups[arn] = m.ObservedTargetGroup(
+                arn, tg["TargetGroupName"], tg["Protocol"], int(tg["Port"]), m.health_from_api(tg), targets
+            )
+        return observed
+
+    # -- writes -----------------------------------------------------------------------------------------------
+    def _create_lb(self, desired: m.NLBSpec, cluster_name: str) -> dict[str, Any]:
+        ec2 = self.clients.ec2
+        vpc_filter = [{"Name": "vpc-id", "Values": [self.vpc_id]}]
+        subnets = ec2.describe_subnets(Filters=vpc_filter)["Subnets"]
+        tables = ec2.describe_route_tables(Filters=vpc_filter)["RouteTables"]
+        chosen = choose_subnets(subnets, tables, cluster_name, internal=desired.scheme == "internal")
+        if not chosen:
+            role = "kubernetes.io/role/internal-elb" if desired.scheme == "internal" else "kubernetes.io/role/elb"
+            raise InvalidServiceConfig(
+                f"no usable subnets in {self.vpc_id} for a {desired.scheme} NLB: tag one subnet per AZ with "
+                f"{role}=1 and {names.cluster_tag_key(cluster_name)}=shared"
+            )
+        created = self.clients.elbv2.create_load_balancer(
+            Name=desired.name,
+            Type="network",
+            Scheme=desired.scheme,
+            Subnets=chosen,
+            Tags=names.as_tag_list(desired.tags),
+        )["LoadBalancers"][0]
+        lb: dict[str, Any] = created
+        return lb
+
+    def _apply(self, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec) -> None:
+        elbv2 = self.clients.elbv2
+        arn_by_name = {tg.name: tg.arn for tg in observed.target_groups.values()}
+        for op in operations:
+            log.info("nlb %s: %s", desired.name, type(op).__name__)
+            if isinstance(op, m.CreateTargetGroup):
+                arn_by_name[op.spec.name] = self._create_target_group(op.spec, desired.tags)
+            elif isinstance(op, m.ModifyTargetGroup):
+                elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **_health_kwargs(op.health))
+            elif isinstance(op, m.RegisterTargets):
+                elbv2.register_targets(
+                    TargetGroupArn=arn_by_name[op.name], Targets=[{"Id": i, "Port": op.port} for i in op.instance_ids]
+                )
+            elif isinstance(op, m.DeregisterTargets):
+                elbv2.deregister_targets(
+                    TargetGroupArn=arn_by_name[op.name], Targets=[{"Id": i, "Port": op.port} for i in op.instance_ids]
+                )
+            elif isinstance(op, m.CreateListener):
+                self._create_listener(observed.arn, op, arn_by_name[op.target_group], desired.tags)
+            elif isinstance(op, m.ModifyListener):
+                elbv2.modify_listener(
+                    ListenerArn=op.arn,
+                    Protocol=op.protocol,
+                    DefaultActions=[{"Type": "forward", "TargetGroupArn": arn_by_name[op.target_group]}],
+                )
+            elif isinstance(op, m.DeleteListener):
+                elbv2.delete_listener(ListenerArn=op.arn)
+            elif isinstance(op, m.DeleteTargetGroup):
+                self._delete_target_group(op.arn)
+
+    def _create_target_group(self, spec: m.TargetGroupSpec, tags: dict[str, str]) -> str:
+        try:
+            created = self.clients.elbv2.create_target_group(
+                Name=spec.name,
+                Protocol=spec.protocol,
+                Port=spec.port,
+                VpcId=self.vpc_id,
+                TargetType="instance",
+                Tags=names.as_tag_list(tags),
+                **_health_kwargs(spec.health),
+            )
+            return str(created["TargetGroups"][0]["TargetGroupArn"])
+        except ClientError as err:
+            if _code(err) != "DuplicateTargetGroupName":
+                raise
+            # AWS returns the existing group for an identical create; some implementations refuse instead.
+            found = self.clients.elbv2.describe_target_groups(Names=[spec.name])["TargetGroups"]
+            return str(found[0]["TargetGroupArn"])
+
+    def _create_listener(self, lb_arn: str, op: m.CreateListener, tg_arn: str, tags: dict[str, str]) -> None:
+        try:
+            self.clients.elbv2.create_listener(
+                LoadBalancerArn=lb_arn,
+                Port=op.port,
+                Protocol=op.protocol,
+                DefaultActions=[{"Type": "forward", "TargetGroupArn": tg_arn}],
+                Tags=names.as_tag_list(tags),
+            )
+        except ClientError as err:
+            if _code(err) != "DuplicateListener":
+                raise
+            raise RetryError(f"listener on port {op.port} appeared concurrently", delay_seconds=5) from err
+
+    def _delete_target_group(self, arn: str) -> None:
+        try:
+            self.clients.elbv2.delete_target_group(TargetGroupArn=arn)
+        except ClientError as err:
+            code = _code(err)
+            if code == "TargetGroupNotFound":
+                return
+            if code == "ResourceInUse":
+                # The LB or listener that used it is still being deleted: ask the queue to come back.
+                raise RetryError(f"target group {arn} still in use", delay_seconds=10) from err
+            raise
+
+
+def _health_kwargs(health: m.HealthCheck) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "HealthCheckProtocol": health.protocol,
+        "HealthCheckPort": health.port,
+        "HealthyThresholdCount": health.healthy,
+        "UnhealthyThresholdCount": health.unhealthy,
+        "HealthCheckIntervalSeconds": health.interval,
+        "HealthCheckTimeoutSeconds": health.timeout,
+    }
+    if health.protocol.startswith("HTTP"):
+        kwargs["HealthCheckPath"] = health.path
+    return kwargs

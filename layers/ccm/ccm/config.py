@@ -1,0 +1,25 @@
+"""Runtime settings, read once per execution environment from the Lambda environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_LOAD_BALANCER_CLASS = "ccm.aws/serverless"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    cluster_name: str
+    vpc_id: str
+    load_balancer_class: str = DEFAULT_LOAD_BALANCER_CLASS
+    region: str = ""
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls(
+            cluster_name=os.environ["CLUSTER_NAME"],
+            vpc_id=os.environ.get("VPC_ID", ""),
+            load_balancer_class=os.environ.get("LOAD_BALANCER_CLASS") or DEFAULT_LOAD_BALANCER_CLASS,
+            region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION", ""),
+        )

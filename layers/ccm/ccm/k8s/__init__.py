@@ -1,0 +1,1 @@
+"""Kubernetes API access (plain JSON dicts, no model deserialisation)."""

@@ -1,0 +1,1 @@
+"""Service controller: predicates, decisions (pure) and the reconcile loop."""

@@ -1,0 +1,84 @@
+"""The service controller's decision table (upstream-controllers.md §1), as pure functions.
+
+| state                                             | action                                   |
+|---------------------------------------------------|------------------------------------------|
+| object gone, never ours (hint: no finalizer/LB)   | NOTHING                                  |
+| object gone, was ours                             | DELETE_GONE (delete the hinted UID's LB) |
+| found, UID differs from the hinted one            | delete the old UID's LB first, then ...  |
+| found, belongs to another controller, no finalizer| NOTHING (ImplementedElsewhere)           |
+| found, belongs to another controller, finalizer   | CLEANUP (drop our LB, keep their status) |
+| found, !wantsLoadBalancer || needsCleanup         | DELETE                                   |
+| otherwise                                         | ENSURE                                   |
+
+We keep no memory between reconciles: "was known" and "the last UID processed" come from the delta (the hint),
+so a re-created Service (new UID) gets its predecessor's LB deleted first, and a Service that stopped being a
+LoadBalancer while we were down is still cleaned up (its finalizer is on the live object).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ccm.messages import Delta
+from ccm.service import predicates as p
+
+KubeObject = p.KubeObject
+
+
+class Action(enum.Enum):
+    NOTHING = "nothing"
+    ENSURE = "ensure"
+    DELETE = "delete"
+    CLEANUP_FOREIGN = "cleanup-foreign"
+    DELETE_GONE = "delete-gone"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    delete_previous_uid: str | None = None  # an older incarnation's LB to delete before acting
+    reason: str = ""
+
+
+def _hint_was_ours(delta: Delta) -> bool:
+    hinted = delta.object
+    return hinted.get("type") == "LoadBalancer" or p.FINALIZER in (hinted.get("finalizers") or [])
+
+
+def decide(delta: Delta, live: KubeObject | None, our_class: str) -> Decision:
+    if live is None:
+        if _hint_was_ours(delta):
+            return Decision(Action.DELETE_GONE, reason="object gone; deleting the load balancer of its UID")
+        return Decision(Action.NOTHING, reason="object gone and never had a load balancer")
+
+    live_uid = p.meta(live).get("uid")
+    previous = delta.uid if delta.uid and delta.uid != live_uid and _hint_was_ours(delta) else None
+
+    if not p.belongs_to_us(live, our_class):
+        if p.has_finalizer(live):
+            return Decision(Action.CLEANUP_FOREIGN, previous, "handed to another controller; removing ours")
+        return Decision(Action.NOTHING, previous, "implemented elsewhere")
+    if not p.wants_load_balancer(live, our_class) or p.needs_cleanup(live):
+        if not p.has_finalizer(live):
+            # The finalizer goes on before any cloud call, so without it we never created anything.
+            return Decision(Action.NOTHING, previous, "does not want a load balancer and never had one")
+        return Decision(Action.DELETE, previous, "load balancer no longer wanted")
+    return Decision(Action.ENSURE, previous, "wants a load balancer")
+
+
+def ingress_equal(current: list[dict[str, object]] | None, desired: list[dict[str, object]] | None) -> bool:
+    """Status skip-if-equal: ip, hostname, ipMode and ports, in order."""
+
+    def norm(items: list[dict[str, object]] | None) -> list[tuple[object, ...]]:
+        return [
+            (i.get("ip", ""), i.get("hostname", ""), i.get("ipMode", ""), repr(i.get("ports") or []))
+            for i in items or []
+        ]
+
+    return norm(current) == norm(desired)
+
+
+def backoff_seconds(attempt: int, base: int = 5, cap: int = 300) -> int:
+    """Per-key exponential backoff of the upstream controller: 5 s * 2^(attempt-1), capped at 300 s."""
+    return min(cap, base * 2 ** max(0, attempt - 1))

@@ -1,0 +1,140 @@
+"""One service reconcile: re-read the live Service, decide (pure), then act through the contracts.
+
+Level-triggered: the delta only names the object (and hints at its previous UID); everything is re-read, every
+step is idempotent, and a crash at any line is repaired by the retry (which runs a thorough pass).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, KubeObject, LoadBalancer, RetryError
+from ccm.messages import Delta
+from ccm.service import predicates as p
+from ccm.service.decisions import Action, decide, ingress_equal
+
+log = logging.getLogger(__name__)
+
+
+class KubeServices(Protocol):
+    def get_service(self, namespace: str, name: str) -> KubeObject | None: ...
+    def list_nodes(self) -> list[KubeObject]: ...
+    def set_finalizers(self, svc: KubeObject, finalizers: list[str]) -> KubeObject: ...
+    def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> bool: ...
+    def record_event(self, obj: KubeObject, event_type: str, reason: str, message: str) -> None: ...
+
+
+class UidDeleter(Protocol):
+    """Deletes the LB of a UID whose Service object is gone (or was replaced under the same name)."""
+
+    def delete_for_uid(self, uid: str) -> None: ...
+    def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
+
+
+class SyncFailed(Exception):
+    """A reconcile failed; the event was recorded. `retry_after` is set for RetryError-style fixed delays."""
+
+    def __init__(self, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(slots=True)
+class Outcome:
+    action: Action
+    status_written: bool = False
+    events: list[str] = field(default_factory=list)
+    invalid: str | None = None
+
+
+class ServiceReconciler:
+    def __init__(
+        self, kube: KubeServices, balancer: LoadBalancer, by_uid: UidDeleter, cluster_name: str, our_class: str
+    ) -> None:
+        self.kube = kube
+        self.balancer = balancer
+        self.by_uid = by_uid
+        self.cluster_name = cluster_name
+        self.our_class = our_class
+
+    def reconcile(self, delta: Delta) -> Outcome:
+        namespace, name = delta.namespace_name
+        live = self.kube.get_service(namespace, name)
+        decision = decide(delta, live, self.our_class)
+        outcome = Outcome(decision.action)
+        log.info("decision %s: %s", decision.action.value, decision.reason)
+        if decision.delete_previous_uid:
+            self.by_uid.delete_for_uid(decision.delete_previous_uid)
+        if decision.action is Action.DELETE_GONE:
+            self.by_uid.delete_for_uid(delta.uid)
+        if live is None or decision.action is Action.NOTHING or decision.action is Action.DELETE_GONE:
+            return outcome
+        try:
+            if decision.action is Action.ENSURE:
+                self._ensure(live, outcome, quiet=delta.type == "SYNC")
+            else:
+                self._delete(live, outcome, write_status=decision.action is Action.DELETE)
+        except InvalidServiceConfig as err:
+            # Bad input: tell the user, change nothing in AWS, and do not retry until the Service changes.
+            outcome.invalid = str(err)
+            self._event(live, outcome, "Warning", "SyncLoadBalancerFailed", f"Error syncing load balancer: {err}")
+        except RetryError as err:
+            raise SyncFailed(str(err), retry_after=err.delay_seconds) from err
+        except Exception as err:
+            self._event(live, outcome, "Warning", "SyncLoadBalancerFailed", f"Error syncing load balancer: {err}")
+            raise SyncFailed(str(err)) from err
+        return outcome
+
+    # -- ENSURE path ----------------------------------------------------------------------------------------------
+    def _ensure(self, svc: KubeObject, outcome: Outcome, quiet: bool) -> None:
+        if not quiet:
+            self._event(svc, outcome, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
+        if not p.has_finalizer(svc):
+            # Before any cloud call: a delete racing the creation must find the finalizer and clean up.
+            svc = self.kube.set_finalizers(svc, [*(p.meta(svc).get("finalizers") or []), p.FINALIZER])
+        nodes = p.member_nodes(self.kube.list_nodes())
+        if not nodes:
+            self._event(
+                svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
+            )
+        try:
+            status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes)
+        except ImplementedElsewhere:
+            return
+        if status is None:
+            raise RuntimeError("failed to ensure load balancer: no status returned")
+        if not quiet:
+            self._event(svc, outcome, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
+        self._write_status(svc, status.to_api().get("ingress", []), outcome)
+
+    # -- DELETE path ----------------------------------------------------------------------------------------------
+    def _delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:
+        try:
+            _, exists = self.balancer.get_load_balancer(self.cluster_name, svc)
+        except Exception as err:
+            raise RuntimeError(f"failed to check if load balancer exists before cleanup: {err}") from err
+        if exists:
+            self._event(svc, outcome, "Normal", "DeletingLoadBalancer", "Deleting load balancer")
+        # Always run: it also removes target groups a crash orphaned after the LB itself was gone.
+        self.balancer.ensure_load_balancer_deleted(self.cluster_name, svc)
+        remaining = [f for f in p.meta(svc).get("finalizers") or [] if f != p.FINALIZER]
+        svc = self.kube.set_finalizers(svc, remaining)
+        self._event(svc, outcome, "Normal", "DeletedLoadBalancer", "Deleted load balancer")
+        if write_status:
+            self._write_status(svc, [], outcome)
+
+    # -- helpers --------------------------------------------------------------------------------------------------
+    def _write_status(self, svc: KubeObject, ingress: list[dict[str, Any]], outcome: Outcome) -> None:
+        current = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+        if ingress_equal(current, ingress):
+            return
+        outcome.status_written = self.kube.patch_load_balancer_status(svc, ingress)
+
+    def _event(self, svc: KubeObject, outcome: Outcome, event_type: str, reason: str, message: str) -> None:
+        outcome.events.append(reason)
+        try:
+            self.kube.record_event(svc, event_type, reason, message)
+        except Exception:  # events are best effort, as upstream's asynchronous recorder
+            log.warning("could not record event %s", reason, exc_info=True)

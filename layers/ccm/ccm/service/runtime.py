@@ -1,0 +1,158 @@
+"""What the service reconciler Lambda needs per record: parse, reconcile, measure, and schedule retries.
+
+Retries are expressed with the queue, never by sleeping: a failed record's visibility timeout is set to the
+upstream backoff (5 s doubling to 300 s, by ApproximateReceiveCount) or to the fixed delay a RetryError asked
+for; the records Powertools skipped after it in the same FIFO group get the same delay, so the group resumes
+as one. A malformed body is made visible again at once, so it reaches the DLQ after maxReceiveCount quickly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.nlb import NetworkLoadBalancers
+from ccm.config import Settings
+from ccm.k8s.client import new_api_client
+from ccm.k8s.kube import Kube
+from ccm.messages import InvalidDelta, parse_delta
+from ccm.service.decisions import backoff_seconds
+from ccm.service.reconciler import ServiceReconciler, SyncFailed
+
+logger = Logger()
+metrics = Metrics()
+log = logging.getLogger(__name__)
+
+
+class ServiceRuntime:
+    """Built once per execution environment and reused by warm invocations."""
+
+    def __init__(self, settings: Settings, kube: Kube, clients: AwsClients) -> None:
+        self.settings = settings
+        self.clients = clients
+        self.balancer = NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class)
+        self.reconciler = ServiceReconciler(
+            kube, self.balancer, self.balancer, settings.cluster_name, settings.load_balancer_class
+        )
+        self._delays: dict[str, int] = {}
+        self._queue_urls: dict[str, str] = {}
+
+    def handle_record(self, record: SQSRecord) -> None:
+        started = time.time()
+        attempt = int(record.attributes.approximate_receive_count or 1)
+        try:
+            delta = parse_delta(record.body)
+        except InvalidDelta as err:
+            logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
+            metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
+            self._delays[record.message_id] = 0
+            raise
+        logger.set_correlation_id(f"{delta.key}/{delta.uid}")
+        logger.append_keys(kind=delta.kind, event_type=delta.type, resource_version=delta.resource_version)
+        sent_ms = int(record.attributes.sent_timestamp or started * 1000)
+        metrics.add_metric(name="QueueWait", unit=MetricUnit.Milliseconds, value=max(0, started * 1000 - sent_ms))
+        # A retry means an earlier attempt may have crashed between two AWS calls: look for orphans too.
+        self.balancer.thorough = attempt > 1 or delta.type in ("SYNC", "DELETED")
+        self.clients.counter.reset_thread()
+        try:
+            outcome = self.reconciler.reconcile(delta)
+        except SyncFailed as err:
+            self._delays[record.message_id] = err.retry_after or backoff_seconds(attempt)
+            metrics.add_metric(name="ReconcileFailed", unit=MetricUnit.Count, value=1)
+            raise
+        finally:
+            calls = self.clients.counter.thread_calls()
+            metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(calls.values()))
+            metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(calls))
+            metrics.add_metric(
+                name="ReconcileDuration",
+                unit=MetricUnit.Milliseconds,
+                value=(time.time() - started) * 1000,
+                resolution=MetricResolution.High,
+            )
+        done = time.time()
+        metrics.add_metric(name="ReconcileSucceeded", unit=MetricUnit.Count, value=1)
+        if outcome.invalid:
+            metrics.add_metric(name="InvalidServiceConfig", unit=MetricUnit.Count, value=1)
+        if outcome.status_written:
+            metrics.add_metric(
+                name="EndToEndLatency",
+                unit=MetricUnit.Milliseconds,
+                value=max(0.0, (done - delta.observed_at) * 1000),
+                resolution=MetricResolution.High,
+            )
+        logger.info(
+            "reconciled",
+            extra={"action": outcome.action.value, "status_written": outcome.status_written, "calls": dict(calls)},
+        )
+
+    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        # One processor per batch: it holds the batch's state.
+        processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+        response: dict[str, Any] = dict(
+            process_partial_response(
+                event=event, record_handler=self.handle_record, processor=processor, context=context
+            )
+        )
+        self.defer_failures(event, response)
+        return response
+
+    def defer_failures(self, event: dict[str, Any], response: dict[str, Any]) -> None:
+        """Set the retry delay of every failed record (and of the records skipped after it in its group)."""
+        failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+        if not failed:
+            return
+        entries_by_queue: dict[str, list[dict[str, Any]]] = {}
+        group_delay: dict[str, int] = {}
+        for raw in event.get("Records", []):
+            if raw["messageId"] not in failed:
+                continue
+            group = raw.get("attributes", {}).get("MessageGroupId", "")
+            delay = self._delays.pop(raw["messageId"], group_delay.get(group, 0))
+            group_delay.setdefault(group, delay)
+            entries_by_queue.setdefault(raw["eventSourceARN"], []).append(
+                {"Id": raw["messageId"], "ReceiptHandle": raw["receiptHandle"], "VisibilityTimeout": delay}
+            )
+        sqs = self.clients.client("sqs")
+        for arn, entries in entries_by_queue.items():
+            for start in range(0, len(entries), 10):
+                try:
+                    sqs.change_message_visibility_batch(
+                        QueueUrl=self._queue_url(arn), Entries=entries[start : start + 10]
+                    )
+                except Exception:  # the queue's own visibility timeout still brings them back
+                    log.warning("could not set retry delay", exc_info=True)
+
+    def _queue_url(self, arn: str) -> str:
+        if arn not in self._queue_urls:
+            _, _, _, _, account, name = arn.split(":", 5)
+            sqs = self.clients.client("sqs")
+            self._queue_urls[arn] = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        return self._queue_urls[arn]
+
+
+_runtime: ServiceRuntime | None = None
+_lock = threading.Lock()
+
+
+def runtime(factory: Callable[[], ServiceRuntime] | None = None) -> ServiceRuntime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = (factory or _default_runtime)()
+        return _runtime
+
+
+def _default_runtime() -> ServiceRuntime:
+    settings = Settings.from_env()
+    return ServiceRuntime(settings, Kube(new_api_client()), AwsClients(region=os.environ.get("AWS_REGION")))

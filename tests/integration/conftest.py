@@ -1,0 +1,60 @@
+"""In-process moto (mock_aws) with a small VPC: public subnets in two AZs and three running instances."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import boto3
+import pytest
+from ccm.aws.clients import AwsClients
+from ccm.aws.nlb import NetworkLoadBalancers
+from moto import mock_aws
+
+from tests.factories import node
+
+REGION = "us-east-1"
+CLUSTER = "test-cluster"
+
+
+@dataclass
+class World:
+    vpc_id: str
+    instances: list[str]
+    clients: AwsClients
+    nlb: NetworkLoadBalancers
+
+    def nodes(self) -> list[dict]:
+        return [node(f"n{i}", iid) for i, iid in enumerate(self.instances)]
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name=REGION)
+        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+        ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+        table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+        ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw)
+        subnets = []
+        for i, az in enumerate(("us-east-1a", "us-east-1b")):
+            sid = ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=az)["Subnet"]["SubnetId"]
+            ec2.associate_route_table(RouteTableId=table, SubnetId=sid)
+            ec2.create_tags(Resources=[sid], Tags=[{"Key": "kubernetes.io/role/elb", "Value": "1"}])
+            subnets.append(sid)
+        image = "ami-12c6146b"  # a moto built-in AMI; describing all images costs seconds
+        instances = [
+            ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=subnets[i % 2])["Instances"][0][
+                "InstanceId"
+            ]
+            for i in range(3)
+        ]
+        clients = AwsClients(region=REGION)
+        yield World(vpc, instances, clients, NetworkLoadBalancers(clients, vpc, "ccm.aws/serverless"))

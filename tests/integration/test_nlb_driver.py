@@ -1,0 +1,134 @@
+"""The NLB driver against in-process moto: creation, idempotence, updates, deletion and crash recovery."""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError
+from ccm.aws.clients import CallCounter
+from ccm.contracts import ImplementedElsewhere
+
+from tests.factories import service
+from tests.integration.conftest import CLUSTER, World
+
+
+def lb_state(world: World, uid: str) -> dict:
+    elbv2 = world.clients.session.client("elbv2")
+    name = ("a" + uid.replace("-", ""))[:32]
+    lb = elbv2.describe_load_balancers(Names=[name])["LoadBalancers"][0]
+    listeners = elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"]
+    state = {"scheme": lb["Scheme"], "dns": lb["DNSName"], "listeners": {}}
+    for listener in listeners:
+        tg_arn = listener["DefaultActions"][0]["TargetGroupArn"]
+        tg = elbv2.describe_target_groups(TargetGroupArns=[tg_arn])["TargetGroups"][0]
+        targets = elbv2.describe_target_health(TargetGroupArn=tg_arn)["TargetHealthDescriptions"]
+        state["listeners"][listener["Port"]] = {
+            "protocol": listener["Protocol"],
+            "tg_port": tg["Port"],
+            "hc": (tg["HealthCheckProtocol"], str(tg["HealthCheckPort"])),
+            "targets": sorted(t["Target"]["Id"] for t in targets),
+        }
+    return state
+
+
+def all_target_groups(world: World) -> list[dict]:
+    return world.clients.session.client("elbv2").describe_target_groups()["TargetGroups"]
+
+
+def test_create_then_noop_makes_no_mutating_call(world: World):
+    svc = service()
+    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    state = lb_state(world, svc["metadata"]["uid"])
+    assert status.ingress[0].hostname == state["dns"]
+    assert state["scheme"] == "internet-facing"
+    assert set(state["listeners"]) == {80, 443}
+    assert state["listeners"][80]["targets"] == sorted(world.instances)
+    assert state["listeners"][443]["tg_port"] == 30443
+
+    world.clients.counter.reset_thread()
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    calls = world.clients.counter.thread_calls()
+    assert CallCounter.mutating(calls) == 0
+    assert sum(calls.values()) == 5  # LB, listeners, target groups, 2x target health
+
+
+def test_update_ports_and_nodes_in_place(world: World):
+    svc = service()
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    svc["spec"]["ports"] = [
+        {"protocol": "TCP", "port": 80, "nodePort": 30080},
+        {"protocol": "UDP", "port": 53, "nodePort": 30053},
+    ]
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes()[:2])
+    state = lb_state(world, svc["metadata"]["uid"])
+    assert set(state["listeners"]) == {80, 53}
+    assert state["listeners"][53]["protocol"] == "UDP"
+    assert state["listeners"][80]["targets"] == sorted(world.instances[:2])
+    assert len(all_target_groups(world)) == 2  # the 443 group was deleted, not leaked
+
+
+def test_traffic_policy_flip_replaces_the_target_group(world: World):
+    svc = service(ports=[(80, 30080)])
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    svc["spec"].update(externalTrafficPolicy="Local", healthCheckNodePort=31999)
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    state = lb_state(world, svc["metadata"]["uid"])
+    assert state["listeners"][80]["hc"] == ("HTTP", "31999")
+    assert len(all_target_groups(world)) == 1
+
+
+def test_delete_removes_everything_and_is_idempotent(world: World):
+    svc = service()
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    assert world.nlb.get_load_balancer(CLUSTER, svc)[1]
+    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
+    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
+    assert world.nlb.get_load_balancer(CLUSTER, svc) == (None, False)
+    assert all_target_groups(world) == []
+
+
+def test_crash_after_target_group_creation_is_repaired_by_a_thorough_pass(world: World):
+    svc = service(ports=[(80, 30080)])
+    elbv2 = world.clients.elbv2
+    calls = {"n": 0}
+
+    def crash_on_listener(**_: object) -> None:
+        calls["n"] += 1
+        raise RuntimeError("crash before CreateListener")
+
+    elbv2.meta.events.register("before-call.elastic-load-balancing-v2.CreateListener", crash_on_listener)
+    with pytest.raises(RuntimeError):
+        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    elbv2.meta.events.unregister("before-call.elastic-load-balancing-v2.CreateListener", crash_on_listener)
+    assert len(all_target_groups(world)) == 1  # orphaned: not attached to any listener
+
+    # The service is then deleted before any retry succeeded: the orphan must not leak.
+    world.nlb.thorough = True
+    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
+    assert all_target_groups(world) == []
+
+
+def test_crash_after_listener_delete_leaves_no_orphan_after_retry(world: World):
+    svc = service()
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    svc["spec"]["ports"] = svc["spec"]["ports"][:1]
+    elbv2 = world.clients.elbv2
+
+    def crash(**_: object) -> None:
+        raise RuntimeError("crash before DeleteTargetGroup")
+
+    elbv2.meta.events.register("before-call.elastic-load-balancing-v2.DeleteTargetGroup", crash)
+    with pytest.raises(RuntimeError):
+        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    elbv2.meta.events.unregister("before-call.elastic-load-balancing-v2.DeleteTargetGroup", crash)
+    assert len(all_target_groups(world)) == 2
+    world.nlb.thorough = True  # what a retry does
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    assert len(all_target_groups(world)) == 1
+
+
+def test_foreign_service_is_implemented_elsewhere(world: World):
+    svc = service(annotations={"service.beta.kubernetes.io/aws-load-balancer-type": "external"})
+    with pytest.raises(ImplementedElsewhere):
+        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    with pytest.raises(ClientError):
+        world.clients.elbv2.describe_load_balancers(Names=[("a" + svc["metadata"]["uid"].replace("-", ""))[:32]])
