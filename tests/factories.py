@@ -47,7 +47,7 @@ def node(name: str, instance_id: str | None = None, zone: str = "us-east-1a", **
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "1", "labels": dict(labels)},
+        "metadata": {"name": name, "labels": dict(labels)},
         "spec": spec,
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }

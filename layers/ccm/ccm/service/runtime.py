@@ -99,6 +99,8 @@ class ServiceRuntime:
     def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         # One processor per batch: it holds the batch's state.
         processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+        # Report every failure item by item even when all fail: raising would skip our retry scheduling.
+        processor.raise_on_entire_batch_failure = False
         response: dict[str, Any] = dict(
             process_partial_response(
                 event=event, record_handler=self.handle_record, processor=processor, context=context

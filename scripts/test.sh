@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up (or reuse) .venv and run every check CI runs: lint, types, and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_DEFAULT_REGION=us-east-1
+unset AWS_PROFILE AWS_ENDPOINT_URL || true
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy layers/ccm/ccm functions watcher devstack bench
+.venv/bin/pytest -q "$@"

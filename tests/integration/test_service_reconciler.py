@@ -1,0 +1,226 @@
+"""The service reconcile end to end in one process: the Kubernetes API emulator over HTTP (real client) and
+in-process moto, driven through the real Lambda handler with Lambda-shaped SQS records."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from ccm.aws.clients import CallCounter
+from ccm.config import Settings
+from ccm.k8s.kube import Kube
+from ccm.messages import delta_for
+from ccm.service import predicates as p
+from ccm.service.runtime import ServiceRuntime
+from kubernetes import client, config
+
+from devstack.k8s_emulator import Emulator
+from tests.integration.conftest import CLUSTER, World
+
+
+class Ctx:
+    function_name = "svc"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:svc"
+    memory_limit_in_mb = 512
+    aws_request_id = "req"
+    log_group_name = "g"
+    log_stream_name = "s"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+@pytest.fixture
+def emulator(tmp_path: Path) -> Iterator[Emulator]:
+    emu = Emulator().start()
+    emu.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def stack(world: World, emulator: Emulator, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    for n in world.nodes():
+        emulator.create(n)
+    api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    queue_url = sqs.create_queue(QueueName="svc.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})[
+        "QueueUrl"
+    ]
+    runtime = ServiceRuntime(Settings(CLUSTER, world.vpc_id), Kube(api_client), world.clients)
+    yield {"core": client.CoreV1Api(api_client), "runtime": runtime, "sqs": sqs, "queue_url": queue_url}
+
+
+def create_service(core: client.CoreV1Api, name: str = "web", **spec: Any) -> dict[str, Any]:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "type": "LoadBalancer",
+            "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443}],
+            **spec,
+        },
+    }
+    return json.loads(core.create_namespaced_service("default", body, _preload_content=False).data)
+
+
+def read(core: client.CoreV1Api, name: str = "web") -> dict[str, Any] | None:
+    try:
+        return json.loads(core.read_namespaced_service(name, "default", _preload_content=False).data)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def sqs_event(stack: dict[str, Any], bodies: list[str], group: str = "default/web") -> dict[str, Any]:
+    """Send the bodies to the FIFO queue, receive them, and shape them exactly as Lambda does."""
+    sqs, url = stack["sqs"], stack["queue_url"]
+    for body in bodies:
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=str(uuid.uuid4()))
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m["Attributes"],
+                "messageAttributes": {},
+                "md5OfBody": hashlib.md5(m["Body"].encode()).hexdigest(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1",
+            }
+            for m in received["Messages"]
+        ]
+    }
+
+
+def invoke(stack: dict[str, Any], bodies: list[str]) -> dict[str, Any]:
+    """Like the ESM: invoke, then delete the records that did not fail."""
+    event = sqs_event(stack, bodies)
+    response: dict[str, Any] = stack["runtime"].handle_batch(event, Ctx())
+    failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+    for record in event["Records"]:
+        if record["messageId"] not in failed:
+            stack["sqs"].delete_message(QueueUrl=stack["queue_url"], ReceiptHandle=record["receiptHandle"])
+    return response
+
+
+def test_create_update_delete_round_trip(stack: dict[str, Any], world: World, emulator: Emulator):
+    core = stack["core"]
+    svc = create_service(core)
+    assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
+
+    live = read(core)
+    assert p.FINALIZER in live["metadata"]["finalizers"]
+    hostname = live["status"]["loadBalancer"]["ingress"][0]["hostname"]
+    elbv2 = world.clients.session.client("elbv2")
+    lb = elbv2.describe_load_balancers(Names=[("a" + live["metadata"]["uid"].replace("-", ""))[:32]])
+    assert lb["LoadBalancers"][0]["DNSName"] == hostname
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    assert sorted(e["reason"] for e in events) == ["EnsuredLoadBalancer", "EnsuringLoadBalancer"]
+
+    # A duplicate delivery: no status write, no mutating AWS call.
+    emulator.clear_log()
+    world.clients.counter.reset_thread()
+    invoke(stack, [delta_for("Service", "MODIFIED", live).to_body()])
+    assert not [r for r in emulator.request_log if r["method"] == "PATCH"]
+
+    # Update ports
+    core.patch_namespaced_service(
+        "web",
+        "default",
+        {"spec": {"ports": [{"name": "http", "port": 8080}]}},
+        _content_type="application/merge-patch+json",
+    )
+    live = read(core)
+    invoke(stack, [delta_for("Service", "MODIFIED", live).to_body()])
+    listeners = elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancers"][0]["LoadBalancerArn"])["Listeners"]
+    assert [ls["Port"] for ls in listeners] == [8080]
+    assert len(elbv2.describe_target_groups()["TargetGroups"]) == 1
+
+    # Delete: finalizer keeps the object until the LB is gone.
+    core.delete_namespaced_service("web", "default")
+    deleting = read(core)
+    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+    invoke(stack, [delta_for("Service", "MODIFIED", deleting).to_body()])
+    assert read(core) is None
+    assert elbv2.describe_load_balancers()["LoadBalancers"] == []
+    assert elbv2.describe_target_groups()["TargetGroups"] == []
+
+
+def test_malformed_message_fails_alone_and_becomes_visible_at_once(stack: dict[str, Any]):
+    core = stack["core"]
+    svc = create_service(core, "good")
+    event = sqs_event(stack, ["{not json"], group="bad")
+    event["Records"] += sqs_event(stack, [delta_for("Service", "ADDED", svc).to_body()], group="default/good")[
+        "Records"
+    ]
+    response = stack["runtime"].handle_batch(event, Ctx())
+    assert response["batchItemFailures"] == [{"itemIdentifier": event["Records"][0]["messageId"]}]
+    assert read(core, "good")["status"]["loadBalancer"]["ingress"]
+    # Visible again immediately (visibility 0), so redrive to the DLQ does not wait 6 minutes per attempt.
+    again = stack["sqs"].receive_message(QueueUrl=stack["queue_url"], MaxNumberOfMessages=10)
+    assert [m["Body"] for m in again.get("Messages", [])] == ["{not json"]
+
+
+def test_invalid_service_gets_a_warning_and_no_aws_change(stack: dict[str, Any], world: World):
+    core = stack["core"]
+    svc = create_service(core, "sctp", ports=[{"name": "s", "port": 7777, "protocol": "SCTP"}])
+    world.clients.counter.reset_thread()
+    response = invoke(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert response == {"batchItemFailures": []}  # not retried: the Service must change first
+    assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    warnings = [e for e in events if e["type"] == "Warning"]
+    assert warnings and warnings[0]["reason"] == "SyncLoadBalancerFailed"
+    assert "SCTP" in warnings[0]["message"]
+
+
+def test_recreated_service_deletes_the_old_uids_lb_first(stack: dict[str, Any], world: World):
+    core = stack["core"]
+    old = create_service(core)
+    invoke(stack, [delta_for("Service", "ADDED", old).to_body()])
+    # Deleted and re-created under the same name while we were not looking (finalizer removed by force).
+    core.patch_namespaced_service(
+        "web", "default", {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+    core.delete_namespaced_service("web", "default")
+    new = create_service(core)
+    invoke(stack, [delta_for("Service", "DELETED", old).to_body()])
+    elbv2 = world.clients.session.client("elbv2")
+    names = [lb["LoadBalancerName"] for lb in elbv2.describe_load_balancers()["LoadBalancers"]]
+    assert names == [("a" + new["metadata"]["uid"].replace("-", ""))[:32]]
+
+
+def test_failure_sets_backoff_visibility(stack: dict[str, Any], world: World, emulator: Emulator):
+    core = stack["core"]
+    svc = create_service(core)
+    emulator.faults.fail_next(5, status=500, method="GET", path_regex=r"/api/v1/nodes")
+    response = invoke(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert len(response["batchItemFailures"]) == 1
+    # Backoff of the first attempt is 5 s: not visible now.
+    assert "Messages" not in stack["sqs"].receive_message(QueueUrl=stack["queue_url"])
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    assert any(e["reason"] == "SyncLoadBalancerFailed" for e in events)
+
+
+def test_node_without_members_warns(stack: dict[str, Any], emulator: Emulator):
+    core = stack["core"]
+    for n in json.loads(core.list_node(_preload_content=False).data)["items"]:
+        core.patch_node(n["metadata"]["name"], {"metadata": {"labels": {p.EXCLUDE_LABEL: "true"}}})
+    svc = create_service(core)
+    invoke(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    assert "UnAvailableLoadBalancer" in [e["reason"] for e in events]
