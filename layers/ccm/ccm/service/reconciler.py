@@ -73,7 +73,10 @@ class ServiceReconciler:
             return outcome
         try:
             if decision.action is Action.ENSURE:
-                self._ensure(live, outcome, quiet=delta.type == "SYNC")
+                # A periodic SYNC of a Service that already has its status stays quiet (no Normal events every
+                # resync); a first sight through SYNC (watcher relist) is announced as usual.
+                has_status = bool(((live.get("status") or {}).get("loadBalancer") or {}).get("ingress"))
+                self._ensure(live, outcome, quiet=delta.type == "SYNC" and has_status)
             else:
                 self._delete(live, outcome, write_status=decision.action is Action.DELETE)
         except InvalidServiceConfig as err:

@@ -1,0 +1,53 @@
+"""`python -m devstack up [--nodes N] [--state-file PATH] [--kubeconfig PATH]`: the whole local stack until
+SIGTERM/SIGINT. Once ready it writes (and prints) {"kubeconfig", "aws_endpoint_url", "aws_region",
+"cluster_name", ...} so other processes can use `kubectl --kubeconfig` and boto3 against the endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from devstack.stack import Stack, StackConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the local stack and run until SIGTERM/SIGINT")
+    up.add_argument("--nodes", type=int, default=3, help="nodes (running instances) to register (default 3)")
+    up.add_argument("--state-file", type=Path, default=Path(".devstack/state.json"))
+    up.add_argument("--kubeconfig", help="use this cluster instead of the emulator (no nodes are registered)")
+    up.add_argument("--cluster-name", default="devstack")
+    up.add_argument("--region", default="us-east-1")
+    up.add_argument("--concurrency", type=int, help="override the template's MaximumConcurrency")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    config = StackConfig(
+        nodes=args.nodes,
+        kubeconfig=args.kubeconfig,
+        cluster_name=args.cluster_name,
+        region=args.region,
+        concurrency=args.concurrency,
+        state_dir=args.state_file.resolve().parent,
+    )
+    stack = Stack(config).start()
+    try:
+        state = stack.write_state(args.state_file)
+        print(json.dumps(state), flush=True)
+        stop.wait()
+    finally:
+        stack.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

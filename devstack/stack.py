@@ -1,0 +1,183 @@
+"""The whole local stack in one object: Kubernetes API emulator (or a given kubeconfig), moto server seeded with a
+VPC and instances, the template's queues, the watcher (a real `python -m watcher` process) and the event-source
+runner invoking the real handlers. `python -m devstack up` and the end-to-end tests both use it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from devstack.aws import World, client, seed_world, start_moto_server
+from devstack.k8s_emulator import Emulator
+from devstack.queues import create_queues
+from devstack.runner import EventSourceRunner
+from devstack.template import TemplateFacts, load_template
+
+log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parent.parent
+DUMMY_AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+@dataclass
+class StackConfig:
+    nodes: int = 3
+    kubeconfig: str | None = None  # an existing cluster instead of the emulator
+    cluster_name: str = "devstack"
+    region: str = "us-east-1"
+    state_dir: Path = field(default_factory=lambda: REPO / ".devstack")
+    template: Path = REPO / "template.yaml"
+    concurrency: int | None = None  # override the template's MaximumConcurrency (None: keep it)
+    watcher: bool = True
+    runner: bool = True
+    resync_seconds: float = 600.0
+
+
+class Stack:
+    def __init__(self, config: StackConfig | None = None) -> None:
+        self.config = config or StackConfig()
+        self.emulator: Emulator | None = None
+        self.world: World | None = None
+        self.runner: EventSourceRunner | None = None
+        self.watcher_process: subprocess.Popen[bytes] | None = None
+        self.queue_urls: dict[str, str] = {}
+        self.facts: TemplateFacts | None = None
+        self.kubeconfig = ""
+        self.endpoint_url = ""
+        self._moto: Any = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def start(self) -> Stack:
+        cfg = self.config
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        for key, value in DUMMY_AWS_ENV.items():
+            os.environ.setdefault(key, value)
+        self._moto, self.endpoint_url = start_moto_server()
+        self.world = seed_world(self.endpoint_url, cfg.region, cfg.cluster_name, nodes=cfg.nodes)
+        if cfg.kubeconfig:
+            self.kubeconfig = cfg.kubeconfig
+        else:
+            self.emulator = Emulator().start()
+            self.kubeconfig = self.emulator.write_kubeconfig(str(cfg.state_dir / "kubeconfig"))
+            for node in self.world.node_objects():
+                node["metadata"].pop("uid", None)
+                node["metadata"].pop("resourceVersion", None)
+                self.emulator.create(node)
+        params: dict[str, str | int] = {"ClusterName": cfg.cluster_name, "VpcId": self.world.vpc_id}
+        if cfg.concurrency is not None:
+            params["ServiceReconcilerConcurrency"] = cfg.concurrency
+        self.facts = load_template(cfg.template, params, region=cfg.region)
+        self.queue_urls = create_queues(self.sqs(), self.facts, cfg.cluster_name)
+        if cfg.runner:
+            self.runner = EventSourceRunner(
+                self.facts,
+                self.queue_urls,
+                endpoint_url=self.endpoint_url,
+                region=cfg.region,
+                env_overrides=self.lambda_environment(),
+            )
+            self.runner.start()
+        if cfg.watcher:
+            self.start_watcher()
+        return self
+
+    def stop(self) -> None:
+        self.stop_watcher()
+        if self.runner is not None:
+            self.runner.stop(timeout=30)
+        if self.emulator is not None:
+            self.emulator.stop()
+        if self._moto is not None:
+            self._moto.stop()
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the watcher process ----------------------------------------------------------------------------------
+    def start_watcher(self) -> None:
+        args = [
+            sys.executable, "-m", "watcher",
+            "--kubeconfig", self.kubeconfig,
+            "--services-queue-url", self.queue_urls["ServicesQueue"],
+            "--nodes-queue-url", self.queue_urls["NodesQueue"],
+            "--aws-endpoint-url", self.endpoint_url,
+            "--aws-region", self.config.region,
+            "--health-port", "0",
+            "--health-host", "127.0.0.1",
+            "--resync-seconds", str(self.config.resync_seconds),
+        ]  # fmt: skip
+        env = {**os.environ, **DUMMY_AWS_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "layers/ccm")])}
+        log_file = (self.config.state_dir / "watcher.log").open("ab")
+        self.watcher_process = subprocess.Popen(args, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+
+    def stop_watcher(self, timeout: float = 30) -> int | None:
+        proc, self.watcher_process = self.watcher_process, None
+        if proc is None:
+            return None
+        proc.terminate()  # SIGTERM: the watcher flushes what it holds, then exits
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+    # -- what other processes and tests need ------------------------------------------------------------------
+    def lambda_environment(self) -> dict[str, str]:
+        assert self.world is not None
+        return {
+            **DUMMY_AWS_ENV,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": self.config.region,
+            "AWS_DEFAULT_REGION": self.config.region,
+            "KUBECONFIG": self.kubeconfig,
+            "KUBE_AUTH_MODE": "kubeconfig",
+            "CLUSTER_NAME": self.config.cluster_name,
+            "VPC_ID": self.world.vpc_id,
+        }
+
+    def state(self) -> dict[str, Any]:
+        assert self.world is not None
+        return {
+            "kubeconfig": self.kubeconfig,
+            "aws_endpoint_url": self.endpoint_url,
+            "aws_region": self.config.region,
+            "cluster_name": self.config.cluster_name,
+            "vpc_id": self.world.vpc_id,
+            "queues": self.queue_urls,
+            "instances": [i.instance_id for i in self.world.instances],
+        }
+
+    def write_state(self, path: str | Path) -> dict[str, Any]:
+        state = self.state()
+        Path(path).write_text(json.dumps(state, indent=2) + "\n")
+        return state
+
+    def aws(self, service: str) -> Any:
+        return client(service, self.endpoint_url, self.config.region)
+
+    def sqs(self) -> Any:
+        return self.aws("sqs")
+
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=self.kubeconfig))
+
+    def wait_for(self, predicate: Any, timeout: float = 30, interval: float = 0.1, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(interval)
+        raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
