@@ -9,6 +9,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from ccm.aws import faults
+
 READ_PREFIXES = ("Describe", "Get", "List")
 # Adaptive mode adds client-side rate limiting on throttling errors, so bursts back off instead of failing.
 RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8}, connect_timeout=5, read_timeout=20)
@@ -66,6 +68,7 @@ class AwsClients:
         with self._lock:
             if service not in self._clients:
                 made = self.session.client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
+                faults.attach(made)
                 self._clients[service] = self.counter.attach(made)
             return self._clients[service]
 
