@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,7 @@ class Stack:
         self.facts: TemplateFacts | None = None
         self.kubeconfig = ""
         self.endpoint_url = ""
+        self.watcher_health_port = 0
         self._moto: Any = None
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -107,6 +110,10 @@ class Stack:
 
     # -- the watcher process ----------------------------------------------------------------------------------
     def start_watcher(self) -> None:
+        if not self.watcher_health_port:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self.watcher_health_port = probe.getsockname()[1]
         args = [
             sys.executable, "-m", "watcher",
             "--kubeconfig", self.kubeconfig,
@@ -114,13 +121,24 @@ class Stack:
             "--nodes-queue-url", self.queue_urls["NodesQueue"],
             "--aws-endpoint-url", self.endpoint_url,
             "--aws-region", self.config.region,
-            "--health-port", "0",
+            "--health-port", str(self.watcher_health_port),
             "--health-host", "127.0.0.1",
             "--resync-seconds", str(self.config.resync_seconds),
         ]  # fmt: skip
         env = {**os.environ, **DUMMY_AWS_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "layers/ccm")])}
         log_file = (self.config.state_dir / "watcher.log").open("ab")
         self.watcher_process = subprocess.Popen(args, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        self.wait_for(self.watcher_ready, timeout=60, interval=0.1, what="watcher /readyz")
+
+    def watcher_ready(self) -> bool:
+        """True once the watcher listed everything and reached SQS (its /readyz)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.watcher_health_port}/readyz", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            if self.watcher_process is not None and self.watcher_process.poll() is not None:
+                raise RuntimeError(f"watcher exited with {self.watcher_process.returncode}") from None
+            return False
 
     def stop_watcher(self, timeout: float = 30) -> int | None:
         proc, self.watcher_process = self.watcher_process, None
