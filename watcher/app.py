@@ -1,0 +1,166 @@
+"""Wiring: two informers -> one bounded buffer -> one sender, plus resync timer and health server."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import boto3
+from botocore.config import Config as BotoConfig
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from watcher.backoff import Backoff
+from watcher.buffer import DeltaBuffer
+from watcher.config import Config
+from watcher.health import HealthServer
+from watcher.informer import Informer
+from watcher.metrics import Metrics
+from watcher.sender import Sender
+
+log = logging.getLogger(__name__)
+
+# How long the sender's own loop may go without a heartbeat: one SQS call with botocore's retries plus a full
+# backoff, with margin.
+SENDER_MAX_QUIET_SECONDS = 120.0
+
+
+def kube_api_client(kubeconfig: str | None) -> k8s.ApiClient:
+    """--kubeconfig if given, else in-cluster service account, else the default kubeconfig (KUBECONFIG/~/.kube)."""
+    if kubeconfig:
+        return k8s_config.new_client_from_config(config_file=kubeconfig)
+    try:
+        configuration = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=configuration)
+        return k8s.ApiClient(configuration)
+    except k8s_config.ConfigException:
+        return k8s_config.new_client_from_config()
+
+
+def sqs_client(config: Config) -> Any:
+    # botocore's standard retry mode handles throttling/5xx/connection errors with its own jittered backoff; the
+    # sender only deals with what is still failing after that. Short timeouts keep shutdown flushes bounded.
+    boto_config = BotoConfig(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=3,
+        read_timeout=10,
+    )
+    return boto3.session.Session().client(
+        "sqs", endpoint_url=config.aws_endpoint_url, region_name=config.aws_region, config=boto_config
+    )
+
+
+class Watcher:
+    """The whole watcher, runnable in-process: `Watcher(config).start()`, `.ready`, `.stop()`.
+
+    `api_client` / `sqs` may be injected (tests, embedding); by default they come from the config.
+    """
+
+    def __init__(self, config: Config, *, api_client: k8s.ApiClient | None = None, sqs: Any = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.buffer = DeltaBuffer(config.buffer_size)
+        self.metrics.buffer.set_function(lambda: len(self.buffer))
+        self.metrics.buffer_capacity.set(config.buffer_size)
+        self._api = api_client or kube_api_client(config.kubeconfig)
+        core = k8s.CoreV1Api(self._api)
+
+        def backoff() -> Backoff:
+            return Backoff(config.backoff_initial, config.backoff_max)
+
+        common: dict[str, Any] = {
+            "page_size": config.list_page_size,
+            "watch_timeout_seconds": config.watch_timeout_seconds,
+        }
+        self.informers = {
+            "Service": Informer("Service", core.list_service_for_all_namespaces, self.buffer, self.metrics,
+                                backoff=backoff(), **common),
+            "Node": Informer("Node", core.list_node, self.buffer, self.metrics, backoff=backoff(), **common),
+        }
+        self.sender = Sender(
+            sqs if sqs is not None else sqs_client(config),
+            {"Service": config.services_queue_url, "Node": config.nodes_queue_url},
+            self.buffer,
+            self.metrics,
+            backoff=backoff(),
+            probe_seconds=config.sqs_probe_seconds,
+            ready_window_seconds=config.sqs_ready_window_seconds,
+            on_relist_needed=lambda kind: self.informers[kind].request_relist("overflow"),
+        )
+        self._health: HealthServer | None = None
+        self._stopping = threading.Event()
+        self._resync_thread: threading.Thread | None = None
+        self.resync_heartbeat = time.monotonic()
+        self._started = False
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._health = HealthServer(
+            self.config.health_host, self.config.health_port, self.metrics.registry, self.liveness, self.readiness
+        )
+        self._health.start()
+        self.sender.start()
+        for informer in self.informers.values():
+            informer.start()
+        self._resync_thread = threading.Thread(target=self._resync_loop, name="watcher-resync", daemon=True)
+        self._resync_thread.start()
+        self._started = True
+        log.info("watcher started", extra={"health_port": self.health_port})
+
+    def stop(self, flush_timeout: float | None = None) -> bool:
+        """Stop watching, flush the buffer to SQS (bounded), stop serving; True if nothing was left unsent."""
+        if self._stopping.is_set():
+            return len(self.buffer) == 0
+        self._stopping.set()
+        for informer in self.informers.values():
+            informer.request_stop()  # all at once: their shutdowns overlap instead of adding up
+        for informer in self.informers.values():
+            informer.stop()
+        flushed = self.sender.stop(self.config.shutdown_timeout if flush_timeout is None else flush_timeout)
+        if self._health is not None:
+            self._health.stop()
+        self._api.close()
+        log.info("watcher stopped", extra={"flushed": flushed})
+        return flushed
+
+    @property
+    def health_port(self) -> int:
+        if self._health is None:
+            raise RuntimeError("watcher not started")
+        return self._health.port
+
+    @property
+    def ready(self) -> bool:
+        return self.readiness()[0]
+
+    # --- checks ----------------------------------------------------------------------------------------------
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        """Every loop thread is running and has made progress recently (none is wedged)."""
+        now = time.monotonic()
+        loops: dict[str, bool] = {
+            f"informer_{kind}": informer.alive and now - informer.heartbeat < informer.max_quiet_seconds
+            for kind, informer in self.informers.items()
+        }
+        loops["sender"] = self.sender.alive and now - self.sender.heartbeat < SENDER_MAX_QUIET_SECONDS
+        loops["resync"] = self._resync_thread is not None and self._resync_thread.is_alive()
+        return self._started and not self._stopping.is_set() and all(loops.values()), {"loops": loops}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Initial lists done for both kinds and SQS answered recently."""
+        synced = {kind: informer.synced.is_set() for kind, informer in self.informers.items()}
+        reachable = self.sender.reachable
+        ok = self._started and not self._stopping.is_set() and all(synced.values()) and reachable
+        return ok, {"synced": synced, "sqs_reachable": reachable, "buffered": len(self.buffer)}
+
+    # --- resync ----------------------------------------------------------------------------------------------
+    def _resync_loop(self) -> None:
+        # Resync comes from the informer's cache of relevant Services (trimmed objects are kept for those only),
+        # so it costs no API call.
+        services = self.informers["Service"]
+        while not self._stopping.wait(self.config.resync_seconds):
+            self.resync_heartbeat = time.monotonic()
+            if services.synced.is_set():
+                count = services.resync()
+                log.info("periodic resync", extra={"kind": "Service", "deltas": count})

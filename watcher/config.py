@@ -1,0 +1,81 @@
+"""Watcher configuration: every command-line flag has an environment variable (flag wins over env)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+ENV_PREFIX = "WATCHER_"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    services_queue_url: str
+    nodes_queue_url: str
+    kubeconfig: str | None = None
+    aws_endpoint_url: str | None = None
+    aws_region: str | None = None
+    resync_seconds: float = 600.0
+    health_host: str = "0.0.0.0"
+    health_port: int = 8080
+    buffer_size: int = 10_000
+    log_level: str = "INFO"
+    shutdown_timeout: float = 20.0
+    # Server-side watch timeout; each watch asks for a random value in [t, 2t) like client-go, so that many
+    # watchers do not reconnect in lockstep.
+    watch_timeout_seconds: int = 300
+    list_page_size: int = 500
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    # How often an idle sender proves SQS is reachable, and how stale that proof may get before /readyz fails.
+    sqs_probe_seconds: float = 15.0
+    sqs_ready_window_seconds: float = 60.0
+
+
+# (flag, Config field, type, help). The env var is WATCHER_<FIELD upper-cased>.
+_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--kubeconfig", "kubeconfig", str, "kubeconfig path (default: in-cluster config, else ~/.kube/config)"),
+    ("--services-queue-url", "services_queue_url", str, "SQS FIFO queue URL for Service deltas"),
+    ("--nodes-queue-url", "nodes_queue_url", str, "SQS FIFO queue URL for Node deltas"),
+    ("--aws-endpoint-url", "aws_endpoint_url", str, "AWS endpoint override for local use (or AWS_ENDPOINT_URL)"),
+    ("--aws-region", "aws_region", str, "AWS region (default: boto3's resolution, e.g. AWS_REGION)"),
+    ("--resync-seconds", "resync_seconds", float, "period of the SYNC resync of LoadBalancer Services"),
+    ("--health-host", "health_host", str, "bind address of the health/metrics server"),
+    ("--health-port", "health_port", int, "port of /healthz, /readyz, /metrics (0 = any free port)"),
+    ("--buffer-size", "buffer_size", int, "max deltas held while SQS is unreachable"),
+    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR"),
+    ("--shutdown-timeout", "shutdown_timeout", float, "max seconds spent flushing to SQS on shutdown"),
+    ("--watch-timeout-seconds", "watch_timeout_seconds", int, "minimum server-side timeout of one watch request"),
+)
+
+
+def env_var(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    defaults = Config(services_queue_url="", nodes_queue_url="")
+    parser = argparse.ArgumentParser(
+        prog="python -m watcher",
+        description="Forward relevant Service/Node changes to SQS FIFO queues.",
+    )
+    for flag, field, typ, help_text in _FLAGS:
+        var = env_var(field)
+        raw = env.get(var)
+        try:
+            default = typ(raw) if raw not in (None, "") else getattr(defaults, field)
+        except ValueError:
+            parser.error(f"{var}={raw!r} is not a valid {typ.__name__}")
+        parser.add_argument(flag, dest=field, type=typ, default=default, help=f"{help_text} [env {var}]")
+    args = parser.parse_args(argv)
+    for field in ("services_queue_url", "nodes_queue_url"):
+        if not getattr(args, field):
+            parser.error(f"--{field.replace('_', '-')} (or {env_var(field)}) is required")
+    if args.buffer_size < 1:
+        parser.error("--buffer-size must be >= 1")
+    if args.resync_seconds <= 0:
+        parser.error("--resync-seconds must be > 0")
+    return Config(**{field: getattr(args, field) for _, field, _, _ in _FLAGS})

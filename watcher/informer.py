@@ -1,0 +1,274 @@
+"""List-then-watch loop for one kind (one thread each), in the style of client-go's reflector.
+
+* Lists in pages (`limit`/`continue`) with `_preload_content=False` and parses the JSON itself: plain dicts,
+  no model objects, one page in memory at a time.
+* Watches from the list's resourceVersion with bookmarks, and resumes from the last seen resourceVersion after a
+  disconnect (no duplicates, nothing missed).
+* On 410 Gone (watch or expired continue token) it relists; objects remembered but no longer listed get a
+  synthesised DELETED, so no delete is missed however long the watch was down.
+* Any other failure: jittered, capped exponential backoff, then resume.
+
+The cache (`relevance.CacheEntry` per key) only advances when the buffer accepted the deltas, so anything refused
+by a full buffer is re-detected by the relist that follows the overflow.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ccm.messages import Delta
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+from watcher import relevance
+from watcher.backoff import Backoff
+from watcher.buffer import DeltaBuffer
+from watcher.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0
+LIST_READ_TIMEOUT = 60.0
+# A watch read may idle this much longer than the server-side timeout before the connection is presumed dead.
+WATCH_READ_SLACK = 30.0
+
+
+class Informer:
+    def __init__(
+        self,
+        kind: str,
+        list_func: Callable[..., Any],
+        buffer: DeltaBuffer,
+        metrics: Metrics,
+        *,
+        page_size: int = 500,
+        watch_timeout_seconds: int = 300,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.kind = kind
+        self._list = list_func
+        self._buffer = buffer
+        self._metrics = metrics
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout_seconds
+        self._backoff = backoff or Backoff()
+        self._cache: dict[str, relevance.CacheEntry] = {}
+        self._lock = threading.Lock()
+        self._pending: tuple[str, bool] | None = ("initial", False)  # (reason, force SYNC of everything)
+        self._interrupted = False  # the watch was cut by request_relist(), not by a failure
+        self._stop = threading.Event()
+        self._watch = watch.Watch()
+        self._thread: threading.Thread | None = None
+        self.resource_version: str | None = None
+        self.synced = threading.Event()
+        self.heartbeat = time.monotonic()
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name=f"watcher-informer-{self.kind}", daemon=True)
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._watch.stop()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        while self._thread is not None and self._thread.is_alive() and time.monotonic() < deadline:
+            # Repeated because a stop() landing between two watch requests would not interrupt the next one.
+            self._watch.stop()
+            self._thread.join(0.1)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def max_quiet_seconds(self) -> float:
+        """Longest a healthy loop goes without a heartbeat: a full watch plus a full backoff."""
+        return 2 * self._watch_timeout + WATCH_READ_SLACK + CONNECT_TIMEOUT + self._backoff.maximum
+
+    def request_relist(self, reason: str, force: bool = True) -> None:
+        with self._lock:
+            self._pending = (reason, force or (self._pending is not None and self._pending[1]))
+            self._interrupted = True
+        self._watch.stop()
+
+    # --- loop ------------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.heartbeat = time.monotonic()
+            with self._lock:
+                pending, self._pending = self._pending, None
+                self._interrupted = False
+            try:
+                if pending is not None:
+                    self._relist(*pending)
+                    self._backoff.reset()
+                if self._watch_once():
+                    self._backoff.reset()
+                    continue
+            except ApiException as err:
+                if err.status == 410:
+                    log.info("resourceVersion too old (410 Gone); relisting", extra={"kind": self.kind})
+                    self._requeue_relist(pending, "gone")
+                    continue  # relisting right away is the cure, not a retry of the failed call
+                self._requeue_relist(pending, None)
+                log.warning("list/watch failed", extra={"kind": self.kind, "status": err.status,
+                                                        "error": str(err.reason)})
+            except Exception as err:  # the loop must survive anything the network or the server throws at it
+                self._requeue_relist(pending, None)
+                if not self._stop.is_set():
+                    log.warning("list/watch interrupted", extra={"kind": self.kind, "error": repr(err)})
+            if self._stop.is_set():
+                break
+            with self._lock:
+                interrupted, self._interrupted = self._interrupted, False
+            if not interrupted:
+                self._stop.wait(self._backoff.next_delay())
+
+    def _requeue_relist(self, failed: tuple[str, bool] | None, reason: str | None) -> None:
+        """Keep a relist that did not finish (or schedule a new one) without losing its force flag."""
+        with self._lock:
+            wanted = [p for p in (failed, self._pending) if p is not None]
+            if reason is not None:
+                wanted.append((reason, False))
+            if not wanted:
+                return
+            # If the initial list has not completed yet, keep calling it that.
+            name = "initial" if not self.synced.is_set() else wanted[-1][0]
+            self._pending = (name, any(force for _, force in wanted))
+
+    def _relist(self, reason: str, force: bool) -> None:
+        self._metrics.relists.labels(kind=self.kind, reason=reason).inc()
+        observed_at = time.time()
+        listed: set[str] = set()
+        resource_version: str | None = None
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False,
+                                      "_request_timeout": (CONNECT_TIMEOUT, LIST_READ_TIMEOUT)}
+            if token:
+                kwargs["_continue"] = token
+            response = self._list(**kwargs)
+            try:
+                page = json.loads(response.data)
+            finally:
+                response.release_conn()
+            self.heartbeat = time.monotonic()
+            meta = page.get("metadata") or {}
+            resource_version = resource_version or meta.get("resourceVersion")
+            for obj in page.get("items") or ():
+                if self._stop.is_set():
+                    return
+                listed.add(relevance.key_of(self.kind, obj))
+                self._observe("SYNC", obj, observed_at, force=force, wait=True)
+            token = meta.get("continue")
+            if not token:
+                break
+        with self._lock:
+            gone = relevance.vanished(self.kind, self._cache, listed, observed_at)
+        for delta in gone:
+            if self._put(delta, wait=True):
+                with self._lock:
+                    self._cache.pop(delta.key, None)
+        self._metrics.cache_entries.labels(kind=self.kind).set(len(self._cache))
+        self.resource_version = resource_version
+        if not self.synced.is_set():
+            self.synced.set()
+            self._metrics.synced.labels(kind=self.kind).set(1)
+        log.info("listed", extra={"kind": self.kind, "reason": reason, "objects": len(listed),
+                                  "resourceVersion": resource_version})
+
+    def _watch_once(self) -> bool:
+        """One watch request; True if it made progress (events or a full server-side timeout)."""
+        timeout = random.randint(self._watch_timeout, 2 * self._watch_timeout)
+        started = time.monotonic()
+        progressed = False
+
+        def list_raw(**kwargs: Any) -> Any:
+            return self._list(**kwargs)
+
+        # A docstring-less wrapper makes Watch skip model deserialisation: events carry plain dicts.
+        stream = self._watch.stream(
+            list_raw,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout,
+            _request_timeout=(CONNECT_TIMEOUT, timeout + WATCH_READ_SLACK),
+        )
+        try:
+            for event in stream:
+                self.heartbeat = time.monotonic()
+                progressed = True
+                obj = event.get("raw_object") or {}
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    self._observe(event["type"], obj, time.time())
+                if rv:
+                    # BOOKMARKs only move the resourceVersion, which keeps a resumed watch away from 410s.
+                    self.resource_version = rv
+                if self._stop.is_set() or self._pending is not None:
+                    break
+        finally:
+            stream.close()
+        return progressed or time.monotonic() - started >= self._watch_timeout
+
+    # --- cache -----------------------------------------------------------------------------------------------
+    def _observe(
+        self, event_type: str, obj: dict[str, Any], observed_at: float, *, force: bool = False, wait: bool = False
+    ) -> None:
+        # Only this thread writes the cache, so the lock is held just for reads/writes, never while waiting for
+        # buffer room (the sender must stay able to call request_relist meanwhile).
+        key = relevance.key_of(self.kind, obj)
+        self._metrics.deltas_seen.labels(kind=self.kind).inc()
+        with self._lock:
+            previous = self._cache.get(key)
+        decision = relevance.decide(self.kind, event_type, obj, previous, observed_at=observed_at, force=force)
+        if decision.dropped:
+            self._metrics.dropped_irrelevant.labels(kind=self.kind).inc()
+        if not all(self._put(delta, wait) for delta in decision.deltas):
+            return
+        with self._lock:
+            if decision.entry is None:
+                self._cache.pop(key, None)
+            else:
+                self._cache[key] = decision.entry
+            self._metrics.cache_entries.labels(kind=self.kind).set(len(self._cache))
+        if decision.deltas:
+            log.debug("forwarded", extra={"kind": self.kind, "key": key,
+                                          "types": [d.type for d in decision.deltas]})
+
+    def _put(self, delta: Delta, wait: bool = False) -> bool:
+        """Hand a delta to the buffer.
+
+        Watch events never wait: when the buffer is full (SQS down) the delta is refused, the buffer marks the
+        overflow and a relist repairs it later. Relists and resyncs wait for room instead, so a relist that
+        follows an overflow cannot overflow again, whatever the number of objects.
+        """
+        if not wait:
+            if self._buffer.put(delta):
+                return True
+            self._metrics.deltas_dropped.labels(kind=self.kind, reason="buffer_full").inc()
+            return False
+        while not self._stop.is_set():
+            if self._buffer.put_wait(delta, 0.5):
+                return True
+            self.heartbeat = time.monotonic()  # waiting for SQS is not being wedged
+        return False
+
+    def resync(self) -> int:
+        """Queue a SYNC delta for every remembered relevant object (periodic resync); returns how many."""
+        with self._lock:
+            deltas = relevance.resync_deltas(self.kind, self._cache, time.time())
+        for delta in deltas:
+            if not self._put(delta, wait=True):
+                break
+        return len(deltas)
