@@ -75,8 +75,9 @@ class Watcher:
             "watch_timeout_seconds": config.watch_timeout_seconds,
         }
         self.informers = {
-            "Service": Informer("Service", core.list_service_for_all_namespaces, self.buffer, self.metrics,
-                                backoff=backoff(), **common),
+            "Service": Informer(
+                "Service", core.list_service_for_all_namespaces, self.buffer, self.metrics, backoff=backoff(), **common
+            ),
             "Node": Informer("Node", core.list_node, self.buffer, self.metrics, backoff=backoff(), **common),
         }
         self.sender = Sender(

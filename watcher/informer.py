@@ -121,8 +121,9 @@ class Informer:
                     self._requeue_relist(pending, "gone")
                     continue  # relisting right away is the cure, not a retry of the failed call
                 self._requeue_relist(pending, None)
-                log.warning("list/watch failed", extra={"kind": self.kind, "status": err.status,
-                                                        "error": str(err.reason)})
+                log.warning(
+                    "list/watch failed", extra={"kind": self.kind, "status": err.status, "error": str(err.reason)}
+                )
             except Exception as err:  # the loop must survive anything the network or the server throws at it
                 self._requeue_relist(pending, None)
                 if not self._stop.is_set():
@@ -153,8 +154,11 @@ class Informer:
         resource_version: str | None = None
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False,
-                                      "_request_timeout": (CONNECT_TIMEOUT, LIST_READ_TIMEOUT)}
+            kwargs: dict[str, Any] = {
+                "limit": self._page_size,
+                "_preload_content": False,
+                "_request_timeout": (CONNECT_TIMEOUT, LIST_READ_TIMEOUT),
+            }
             if token:
                 kwargs["_continue"] = token
             response = self._list(**kwargs)
@@ -184,8 +188,10 @@ class Informer:
         if not self.synced.is_set():
             self.synced.set()
             self._metrics.synced.labels(kind=self.kind).set(1)
-        log.info("listed", extra={"kind": self.kind, "reason": reason, "objects": len(listed),
-                                  "resourceVersion": resource_version})
+        log.info(
+            "listed",
+            extra={"kind": self.kind, "reason": reason, "objects": len(listed), "resourceVersion": resource_version},
+        )
 
     def _watch_once(self) -> bool:
         """One watch request; True if it made progress (events or a full server-side timeout)."""
@@ -243,8 +249,7 @@ class Informer:
                 self._cache[key] = decision.entry
             self._metrics.cache_entries.labels(kind=self.kind).set(len(self._cache))
         if decision.deltas:
-            log.debug("forwarded", extra={"kind": self.kind, "key": key,
-                                          "types": [d.type for d in decision.deltas]})
+            log.debug("forwarded", extra={"kind": self.kind, "key": key, "types": [d.type for d in decision.deltas]})
 
     def _put(self, delta: Delta, wait: bool = False) -> bool:
         """Hand a delta to the buffer.

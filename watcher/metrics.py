@@ -16,7 +16,9 @@ class Metrics:
         )
         self.deltas_sent = Counter("watcher_deltas_sent_total", "Deltas accepted by SQS", ["kind"], registry=r)
         self.deltas_failed = Counter(
-            "watcher_deltas_failed_total", "Delta send attempts that failed (retried unless dropped)", ["kind"],
+            "watcher_deltas_failed_total",
+            "Delta send attempts that failed (retried unless dropped)",
+            ["kind"],
             registry=r,
         )
         self.deltas_dropped = Counter(
@@ -35,12 +37,16 @@ class Metrics:
         self.buffer = Gauge("watcher_buffer_deltas", "Deltas held for sending (incl. in flight)", registry=r)
         self.buffer_capacity = Gauge("watcher_buffer_capacity", "Configured buffer capacity", registry=r)
         self.queue_lag = Histogram(
-            "watcher_queue_lag_seconds", "Seconds from observing a change to SQS accepting its delta", ["kind"],
-            buckets=LAG_BUCKETS, registry=r,
+            "watcher_queue_lag_seconds",
+            "Seconds from observing a change to SQS accepting its delta",
+            ["kind"],
+            buckets=LAG_BUCKETS,
+            registry=r,
         )
         self.last_send = Gauge(
-            "watcher_last_successful_send_timestamp_seconds", "Unix time of the last SendMessageBatch that "
-            "delivered at least one delta", registry=r,
+            "watcher_last_successful_send_timestamp_seconds",
+            "Unix time of the last SendMessageBatch that delivered at least one delta",
+            registry=r,
         )
         self.cache_entries = Gauge("watcher_cache_entries", "Objects remembered per kind", ["kind"], registry=r)
         self.synced = Gauge("watcher_synced", "1 once the initial list of the kind is done", ["kind"], registry=r)

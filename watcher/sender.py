@@ -145,8 +145,9 @@ class Sender:
         except (BotoCoreError, ClientError) as err:
             self.sqs_ok = False
             self._metrics.deltas_failed.labels(kind=kind).inc(len(sendable))
-            log.warning("SendMessageBatch failed, will retry", extra={"kind": kind, "count": len(sendable),
-                                                                      "error": str(err)})
+            log.warning(
+                "SendMessageBatch failed, will retry", extra={"kind": kind, "count": len(sendable), "error": str(err)}
+            )
             self._buffer.requeue_front(sendable + later)
             self._buffer.done(len(rejected))
             return False
@@ -180,8 +181,10 @@ class Sender:
     # --- helpers ---------------------------------------------------------------------------------------------
     def _reject(self, delta: Delta, reason: str) -> None:
         self._metrics.deltas_dropped.labels(kind=delta.kind, reason="rejected").inc()
-        log.error("SQS rejected a delta permanently; it is dropped", extra={"kind": delta.kind, "key": delta.key,
-                                                                             "type": delta.type, "reason": reason})
+        log.error(
+            "SQS rejected a delta permanently; it is dropped",
+            extra={"kind": delta.kind, "key": delta.key, "type": delta.type, "reason": reason},
+        )
 
     def _mark_ok(self) -> None:
         self.sqs_ok = True

@@ -26,10 +26,12 @@ def free_port() -> int:
 
 
 def sqs_client(endpoint: str, **config: Any) -> Any:
-    boto_config = BotoConfig(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=1, read_timeout=5,
-                             **config)
-    return boto3.session.Session().client("sqs", endpoint_url=endpoint, region_name=REGION, config=boto_config,
-                                          **CREDENTIALS)
+    boto_config = BotoConfig(
+        retries={"mode": "standard", "max_attempts": 1}, connect_timeout=1, read_timeout=5, **config
+    )
+    return boto3.session.Session().client(
+        "sqs", endpoint_url=endpoint, region_name=REGION, config=boto_config, **CREDENTIALS
+    )
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:

@@ -49,7 +49,11 @@ def test_sigterm_flushes_and_exits_zero(
     stderr = (tmp_path / "stderr.txt").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "watcher", "--health-host", "127.0.0.1", "--shutdown-timeout", "10"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
     logs: list[dict[str, Any]] = []

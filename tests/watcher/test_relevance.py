@@ -145,13 +145,17 @@ def test_relist_sync_reports_only_changes_unless_forced() -> None:
 
 def test_vanished_and_resync_build_deltas_from_cache_alone() -> None:
     svc = with_uid(service("web"), "u1", rv="5")
-    cache = {"default/web": run("Service", "ADDED", svc).entry, "default/gone": run(
-        "Service", "ADDED", with_uid(service("gone"), "u2")).entry}
+    cache = {
+        "default/web": run("Service", "ADDED", svc).entry,
+        "default/gone": run("Service", "ADDED", with_uid(service("gone"), "u2")).entry,
+    }
     gone = vanished("Service", cache, ["default/web"], NOW)
     assert [(d.type, d.key, d.uid) for d in gone] == [("DELETED", "default/gone", "u2")]
     sync = resync_deltas("Service", cache, NOW)
     assert sorted((d.type, d.key, d.resource_version) for d in sync) == [
-        ("SYNC", "default/gone", "1"), ("SYNC", "default/web", "5")]
+        ("SYNC", "default/gone", "1"),
+        ("SYNC", "default/web", "5"),
+    ]
     assert all(parse_delta(d.to_body()) == d for d in gone + sync)
 
 
@@ -195,8 +199,10 @@ def test_node_spec_and_label_changes_are_forwarded() -> None:
     entry = run("Node", "ADDED", n).entry
     uid = n["metadata"]["uid"]
     variants = {
-        "taint": node("n1", taints=[{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true",
-                                      "effect": "NoSchedule"}]),
+        "taint": node(
+            "n1",
+            taints=[{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}],
+        ),
         "label": node("n1", labels={"kubernetes.io/os": "linux", "topology.kubernetes.io/zone": "us-east-1a"}),
         "podCIDR": node("n1", pod_cidrs=["10.244.1.0/24"]),
         "providerID": node("n1", provider_id="aws:///us-east-1b/i-0fedcba9876543210"),

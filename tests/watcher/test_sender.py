@@ -20,21 +20,34 @@ from watcher.sender import Sender
 
 
 def delta(key: str, uid: str = "uid-1", rv: str = "1", kind: str = "Service", type_: str = "ADDED") -> Delta:
-    return Delta(kind=kind, type=type_, key=key, uid=uid, resource_version=rv, observed_at=time.time(),
-                 object={"type": "LoadBalancer"})
+    return Delta(
+        kind=kind,
+        type=type_,
+        key=key,
+        uid=uid,
+        resource_version=rv,
+        observed_at=time.time(),
+        object={"type": "LoadBalancer"},
+    )
 
 
 def entries(*deltas: Delta) -> list[dict[str, str]]:
     return [
-        {"Id": str(i), "MessageBody": d.to_body(), "MessageGroupId": d.group_id,
-         "MessageDeduplicationId": d.deduplication_id}
+        {
+            "Id": str(i),
+            "MessageBody": d.to_body(),
+            "MessageGroupId": d.group_id,
+            "MessageDeduplicationId": d.deduplication_id,
+        }
         for i, d in enumerate(deltas)
     ]
 
 
 def accepted(n: int) -> dict[str, Any]:
-    return {"Successful": [{"Id": str(i), "MessageId": f"m{i}", "MD5OfMessageBody": "x"} for i in range(n)],
-            "Failed": []}
+    return {
+        "Successful": [{"Id": str(i), "MessageId": f"m{i}", "MD5OfMessageBody": "x"} for i in range(n)],
+        "Failed": [],
+    }
 
 
 class Harness:
@@ -44,8 +57,16 @@ class Harness:
         self.relists: list[str] = []
         self.calls: list[int] = []
         client.meta.events.register("before-call.sqs.SendMessageBatch", self._count_call)
-        self.sender = Sender(client, queues, self.buffer, self.metrics, backoff=Backoff(0.05, 0.3),
-                             probe_seconds=0.2, ready_window_seconds=30, on_relist_needed=self.relists.append)
+        self.sender = Sender(
+            client,
+            queues,
+            self.buffer,
+            self.metrics,
+            backoff=Backoff(0.05, 0.3),
+            probe_seconds=0.2,
+            ready_window_seconds=30,
+            on_relist_needed=self.relists.append,
+        )
 
     def _count_call(self, params: dict[str, Any], **_: Any) -> None:
         # `params` is the serialised HTTP request; SQS speaks the JSON protocol.
@@ -103,8 +124,11 @@ def test_same_observation_sent_twice_collapses_in_the_fifo_window(harness: Harne
 
 def test_deltas_of_one_key_keep_their_order(harness: Harness, sqs: Any, queues: dict) -> None:
     harness.put_all(
-        [delta("default/web", uid="old", type_="DELETED"), delta("default/other"),
-         delta("default/web", uid="new", type_="ADDED")]
+        [
+            delta("default/web", uid="old", type_="DELETED"),
+            delta("default/other"),
+            delta("default/web", uid="new", type_="ADDED"),
+        ]
     )
     harness.sender.start()
     assert harness.buffer.wait_empty(10)
@@ -191,9 +215,13 @@ def test_failed_entries_are_retried_alone_and_sender_faults_are_dropped_loudly(q
     with Stubber(client) as stub:
         stub.add_response(
             "send_message_batch",
-            {"Successful": [{"Id": "0", "MessageId": "m0", "MD5OfMessageBody": "x"}],
-             "Failed": [{"Id": "1", "SenderFault": False, "Code": "InternalError"},
-                        {"Id": "2", "SenderFault": True, "Code": "InvalidParameterValue", "Message": "bad"}]},
+            {
+                "Successful": [{"Id": "0", "MessageId": "m0", "MD5OfMessageBody": "x"}],
+                "Failed": [
+                    {"Id": "1", "SenderFault": False, "Code": "InternalError"},
+                    {"Id": "2", "SenderFault": True, "Code": "InvalidParameterValue", "Message": "bad"},
+                ],
+            },
             {"QueueUrl": queues["Service"], "Entries": entries(a, b, c)},
         )
         stub.add_response(
@@ -221,10 +249,12 @@ def test_message_sizes_stay_within_the_sqs_batch_limit(queues: dict) -> None:
     h.put_all([huge, *deltas])
     with Stubber(client) as stub:
         # 2 x ~100 KB fit in one 256 KiB batch, the third goes in the next; the 300 KB one can never be sent.
-        stub.add_response("send_message_batch", accepted(2), {"QueueUrl": queues["Service"],
-                                                              "Entries": entries(*deltas[:2])})
-        stub.add_response("send_message_batch", accepted(1), {"QueueUrl": queues["Service"],
-                                                              "Entries": entries(deltas[2])})
+        stub.add_response(
+            "send_message_batch", accepted(2), {"QueueUrl": queues["Service"], "Entries": entries(*deltas[:2])}
+        )
+        stub.add_response(
+            "send_message_batch", accepted(1), {"QueueUrl": queues["Service"], "Entries": entries(deltas[2])}
+        )
         assert h.sender.send_batch(h.buffer.take()) is True
         assert h.sender.send_batch(h.buffer.take()) is True
         stub.assert_no_pending_responses()

@@ -65,8 +65,14 @@ def metric(watcher: Watcher, name: str, **labels: str) -> float:
     return watcher.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-def edit(emu: Emulator, plural: str, namespace: str | None, name: str, change: Callable[[dict], None],
-         subresource: str | None = None) -> dict[str, Any]:
+def edit(
+    emu: Emulator,
+    plural: str,
+    namespace: str | None,
+    name: str,
+    change: Callable[[dict], None],
+    subresource: str | None = None,
+) -> dict[str, Any]:
     obj = copy.deepcopy(emu.get(plural, namespace, name))
     assert obj is not None
     obj.setdefault("apiVersion", "v1")
@@ -118,8 +124,14 @@ def test_service_lifecycle_forwards_only_what_matters(
 
     dropped_before = metric(watcher, "watcher_dropped_irrelevant_total", kind="Service")
     edit(emulator, "services", "default", "web", lambda s: s["metadata"].setdefault("labels", {}).update(team="a"))
-    edit(emulator, "services", "default", "web",
-         lambda s: s.update(status={"loadBalancer": {"ingress": [{"hostname": "lb.example"}]}}), "status")
+    edit(
+        emulator,
+        "services",
+        "default",
+        "web",
+        lambda s: s.update(status={"loadBalancer": {"ingress": [{"hostname": "lb.example"}]}}),
+        "status",
+    )
     emulator.create(service("internal", svc_type="ClusterIP"))
     emulator.create(service("barrier"))  # delivered after the three changes above were processed
     assert summary(deltas(sqs, url, expect=1)) == [("ADDED", "default/barrier")]
@@ -250,14 +262,25 @@ def test_node_join_heartbeat_and_ready_flip(
 
     for second in (10, 20, 30):  # kubelet status updates that only move heartbeats
         edit(emulator, "nodes", None, "n1", heartbeat(second), "status")
-    edit(emulator, "nodes", None, "n1",
-         lambda n: n["status"]["conditions"][0].update(status="False", reason="KubeletNotReady"), "status")
+    edit(
+        emulator,
+        "nodes",
+        None,
+        "n1",
+        lambda n: n["status"]["conditions"][0].update(status="False", reason="KubeletNotReady"),
+        "status",
+    )
     [flipped] = deltas(sqs, url, expect=1)
     assert (flipped.type, flipped.object["ready"]) == ("MODIFIED", "False")
     assert metric(watcher, "watcher_dropped_irrelevant_total", kind="Node") == 3
 
-    edit(emulator, "nodes", None, "n1", lambda n: n["spec"].update(
-        taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]))
+    edit(
+        emulator,
+        "nodes",
+        None,
+        "n1",
+        lambda n: n["spec"].update(taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]),
+    )
     [tainted] = deltas(sqs, url, expect=1)
     assert tainted.object["taints"] == [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
 
@@ -307,7 +330,8 @@ def test_sqs_outage_with_buffer_overflow_recovers_by_relisting(
         got = deltas(sqs, queues["Service"], expect=6)
         # The refused services arrive through the relist; the re-sent buffered ones collapse (same dedup id).
         assert sorted(summary(got), key=lambda t: t[1]) == [("ADDED", f"default/svc-{i}") for i in range(3)] + [
-            ("SYNC", f"default/svc-{i}") for i in range(3, 6)]
+            ("SYNC", f"default/svc-{i}") for i in range(3, 6)
+        ]
         wait_until(lambda: watcher.ready)
     finally:
         watcher.stop(flush_timeout=1)

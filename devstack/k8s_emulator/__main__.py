@@ -1,0 +1,48 @@
+"""Run the emulator as a standalone process: ``python -m devstack.k8s_emulator --port 6443``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from .emulator import Emulator
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Kubernetes API server emulator")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--kubeconfig", help="write a kubeconfig for this emulator to this path")
+    parser.add_argument("--require-token", action="store_true")
+    parser.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="TOKEN=USER",
+        help="static bearer token (repeatable); default admin-token=admin",
+    )
+    parser.add_argument("--tls", action="store_true", help="serve HTTPS with a self-signed certificate")
+    parser.add_argument("--bookmark-interval", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    tokens = dict(t.split("=", 1) for t in args.token) if args.token else None
+    emu = Emulator(
+        host=args.host,
+        port=args.port,
+        require_token=args.require_token,
+        tokens=tokens,
+        bookmark_interval=args.bookmark_interval,
+        tls=args.tls,
+    ).start()
+    if args.kubeconfig:
+        emu.write_kubeconfig(args.kubeconfig, token=next(iter(emu.tokens), None))
+    print(emu.url, flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    emu.stop()
+
+
+if __name__ == "__main__":
+    main()

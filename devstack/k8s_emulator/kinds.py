@@ -1,0 +1,168 @@
+"""Per-kind create/update hooks, and the events.k8s.io/v1 <-> core/v1 Event conversion."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from . import defaults
+from .errors import FieldError, invalid, invalid_error, required
+from .resources import Resource
+from .validation import dns1123_subdomain, qualified_name, validate_metadata
+
+Obj = dict[str, Any]
+Siblings = Callable[[], list[Obj]]
+
+NAME_RULES = {
+    "Service": "dns1035",
+    "Namespace": "dns1123label",
+    "Node": "dns1123subdomain",
+    "Event": "path",
+    "Lease": "dns1123subdomain",
+}
+
+# events.k8s.io/v1 field -> core/v1 field (the real server stores one type and converts).
+_EVENT_RENAMES = [
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("reportingController", "reportingComponent"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+]
+
+
+def to_storage(res: Resource, obj: Obj) -> Obj:
+    if res.group != "events.k8s.io":
+        return obj
+    out = copy.deepcopy(obj)
+    for new, old in _EVENT_RENAMES:
+        if new in out:
+            out[old] = out.pop(new)
+    out["apiVersion"], out["kind"] = "v1", "Event"
+    return out
+
+
+def from_storage(res: Resource, obj: Obj) -> Obj:
+    if res.group != "events.k8s.io":
+        return obj
+    out = copy.deepcopy(obj)
+    for new, old in _EVENT_RENAMES:
+        if old in out:
+            value = out.pop(old)
+            if value not in (None, {}, "", 0) or new == "note":
+                out[new] = value
+    out["apiVersion"], out["kind"] = "events.k8s.io/v1", "Event"
+    return out
+
+
+def _validate_event(res: Resource, event: Obj) -> list[FieldError]:
+    """Mirrors ValidateEventCreate: legacy checks for every request, strict ones for events.k8s.io/v1."""
+    errs: list[FieldError] = []
+    ns = (event.get("metadata") or {}).get("namespace", "")
+    involved = event.get("involvedObject") or {}
+    is_v1 = res.group == "events.k8s.io"
+    controller_field = "reportingController" if is_v1 else "reportingComponent"
+    if not event.get("eventTime"):
+        if involved.get("namespace", "") == "":
+            if ns not in ("", "default"):
+                errs.append(invalid("involvedObject.namespace", "", "does not match event.namespace"))
+        elif involved.get("namespace") != ns:
+            errs.append(
+                invalid("involvedObject.namespace", involved.get("namespace"), "does not match event.namespace")
+            )
+    else:
+        if involved.get("namespace", "") == "" and ns not in ("default", "kube-system"):
+            errs.append(invalid("involvedObject.namespace", "", "does not match event.namespace"))
+        controller = event.get("reportingComponent")
+        if not controller:
+            errs.append(required(controller_field))
+        elif (msg := qualified_name(controller)) is not None:
+            errs.append(invalid(controller_field, controller, msg))
+        if not event.get("reportingInstance"):
+            errs.append(required("reportingInstance"))
+        if not event.get("action"):
+            errs.append(required("action"))
+        if not event.get("reason"):
+            errs.append(required("reason"))
+        if len(str(event.get("message") or "")) > 1024:
+            errs.append(invalid("note" if is_v1 else "message", "...", "can have at most 1024 characters"))
+    if not is_v1:
+        return errs
+    # Strict validation only applies to creation through events.k8s.io/v1.
+    name = (event.get("metadata") or {}).get("name", "")
+    if name and (msg := dns1123_subdomain(name)) is not None:
+        errs.append(invalid("metadata.name", name, msg))
+    if not event.get("eventTime"):
+        errs.append(required("eventTime"))
+    if event.get("type") not in ("Normal", "Warning"):
+        errs.append(invalid("type", "", f"has invalid value: {event.get('type') or ''}"))
+    for stored, v1_name in (
+        ("firstTimestamp", "deprecatedFirstTimestamp"),
+        ("lastTimestamp", "deprecatedLastTimestamp"),
+        ("count", "deprecatedCount"),
+    ):
+        if event.get(stored):
+            errs.append(invalid(v1_name, "", "needs to be unset"))
+    source = event.get("source") or {}
+    if source.get("component") or source.get("host"):
+        errs.append(invalid("deprecatedSource", "", "needs to be unset"))
+    return errs
+
+
+def _validate(res: Resource, obj: Obj, old: Obj | None) -> None:
+    meta = obj.get("metadata") or {}
+    errs = validate_metadata(meta, NAME_RULES.get(res.kind, "dns1123subdomain"))
+    if old is not None:
+        added = set(meta.get("finalizers") or []) - set((old.get("metadata") or {}).get("finalizers") or [])
+        if (old.get("metadata") or {}).get("deletionTimestamp") and added:
+            errs.append(
+                invalid(
+                    "metadata.finalizers",
+                    sorted(added),
+                    "no new finalizers can be added if the object is being deleted",
+                )
+            )
+    if res.kind == "Event" and old is None:
+        errs += _validate_event(res, obj)
+    if res.kind == "Lease":
+        duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
+        if duration is not None and (not isinstance(duration, int) or duration <= 0):
+            errs.append(invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    if errs:
+        raise invalid_error(res.kind, res.group, meta.get("name", ""), errs)
+
+
+def prepare_create(res: Resource, obj: Obj, siblings: Siblings) -> None:
+    if res.kind == "Namespace":
+        name = obj["metadata"].get("name", "")
+        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+        obj["spec"] = {"finalizers": ["kubernetes"]}
+        obj["status"] = {"phase": "Active"}
+    _validate(res, obj, None)
+    if res.kind == "Service":
+        defaults.prepare_create(obj, siblings())
+
+
+def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subresource: str | None) -> Obj:
+    """Returns the object to store. ``new`` already carries the system metadata of ``old``."""
+    if subresource == "status":
+        # Only status is taken from the request; everything else stays as stored.
+        result = copy.deepcopy(old)
+        result["status"] = copy.deepcopy(new.get("status") or {})
+        if res.kind == "Service":
+            defaults.validate_status(result)
+        return result
+    if res.has_status:
+        new["status"] = copy.deepcopy(old.get("status"))
+        if new["status"] is None:
+            new.pop("status")
+    if res.kind == "Namespace":
+        new["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = new["metadata"]["name"]
+        new["spec"] = copy.deepcopy(old.get("spec") or {})
+    _validate(res, new, old)
+    if res.kind == "Service":
+        defaults.prepare_update(new, old, siblings())
+    return new

@@ -1,0 +1,123 @@
+"""Status subresource isolation and deletion with finalizers."""
+
+from __future__ import annotations
+
+import kubernetes
+import pytest
+from kubernetes.client.rest import ApiException
+
+from devstack.k8s_emulator import Emulator
+
+from .conftest import Raw, service_body
+
+LB_STATUS = {"status": {"loadBalancer": {"ingress": [{"hostname": "abc.elb.us-east-1.amazonaws.com"}]}}}
+
+
+def test_status_patch_changes_only_status(core: kubernetes.client.CoreV1Api) -> None:
+    core.create_namespaced_service("default", service_body("web", type="LoadBalancer"))
+    out = core.patch_namespaced_service_status(
+        "web", "default", {**LB_STATUS, "metadata": {"labels": {"sneaky": "yes"}}, "spec": {"type": "ClusterIP"}}
+    )
+    assert out.status.load_balancer.ingress[0].hostname == "abc.elb.us-east-1.amazonaws.com"
+    assert out.spec.type == "LoadBalancer"
+    assert "sneaky" not in out.metadata.labels
+
+
+def test_main_resource_update_ignores_status(core: kubernetes.client.CoreV1Api) -> None:
+    core.create_namespaced_service("default", service_body("web", type="LoadBalancer"))
+    core.patch_namespaced_service_status("web", "default", LB_STATUS)
+    out = core.patch_namespaced_service(
+        "web",
+        "default",
+        {"metadata": {"labels": {"a": "b"}}, "status": {"loadBalancer": {"ingress": [{"ip": "9.9.9.9"}]}}},
+    )
+    assert out.metadata.labels["a"] == "b"
+    assert out.status.load_balancer.ingress[0].hostname == "abc.elb.us-east-1.amazonaws.com"
+    # Status set on create is dropped too.
+    body = service_body("other", type="LoadBalancer")
+    body["status"] = {"loadBalancer": {"ingress": [{"ip": "1.1.1.1"}]}}
+    created = core.create_namespaced_service("default", body)
+    assert not created.status.load_balancer.ingress
+
+
+def test_status_put_honours_resource_version(core: kubernetes.client.CoreV1Api) -> None:
+    svc = core.create_namespaced_service("default", service_body("web", type="LoadBalancer"))
+    svc.status = kubernetes.client.V1ServiceStatus(
+        load_balancer=kubernetes.client.V1LoadBalancerStatus(
+            ingress=[kubernetes.client.V1LoadBalancerIngress(ip="10.1.2.3")]
+        )
+    )
+    out = core.replace_namespaced_service_status("web", "default", svc)
+    assert out.status.load_balancer.ingress[0].ip == "10.1.2.3"
+    assert out.status.load_balancer.ingress[0].ip_mode == "VIP"  # defaulted like the real server
+    with pytest.raises(ApiException) as exc:
+        core.replace_namespaced_service_status("web", "default", svc)  # svc has the old RV
+    assert exc.value.status == 409
+
+
+def test_status_validation(raw: Raw, core: kubernetes.client.CoreV1Api) -> None:
+    core.create_namespaced_service("default", service_body("web", type="LoadBalancer"))
+    path = "/api/v1/namespaces/default/services/web/status"
+    mp = "application/merge-patch+json"
+    status, _, body = raw.request("PATCH", path, {"status": {"loadBalancer": {"ingress": [{"ip": "not-an-ip"}]}}}, mp)
+    assert status == 422 and body["details"]["causes"][0]["field"] == "status.loadBalancer.ingress[0].ip"
+    status, _, body = raw.request(
+        "PATCH", path, {"status": {"loadBalancer": {"ingress": [{"hostname": "1.2.3.4"}]}}}, mp
+    )
+    assert status == 422
+    status, _, body = raw.request("PATCH", path, {"status": {"conditions": [{"type": "Ready", "status": "Yes"}]}}, mp)
+    assert status == 422
+
+
+def test_status_conditions_merge_by_type(core: kubernetes.client.CoreV1Api) -> None:
+    core.create_namespaced_service("default", service_body("web", type="LoadBalancer"))
+    cond = {"status": "True", "reason": "Provisioned", "message": "", "lastTransitionTime": "2024-01-01T00:00:00Z"}
+    core.patch_namespaced_service_status("web", "default", {"status": {"conditions": [{"type": "A", **cond}]}})
+    out = core.patch_namespaced_service_status(
+        "web", "default", {"status": {"conditions": [{"type": "B", **cond}, {"type": "A", **cond, "status": "False"}]}}
+    )
+    assert [(c.type, c.status) for c in out.status.conditions] == [("A", "False"), ("B", "True")]
+
+
+def test_node_status_subresource(core: kubernetes.client.CoreV1Api) -> None:
+    core.create_node({"metadata": {"name": "n1"}, "spec": {"providerID": "aws:///us-east-1a/i-1"}})
+    out = core.patch_node_status(
+        "n1",
+        {"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}, "spec": {"providerID": "changed"}},
+    )
+    assert out.status.addresses[0].address == "10.0.0.1"
+    assert out.spec.provider_id == "aws:///us-east-1a/i-1"
+    out = core.patch_node(
+        "n1", {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}, "status": {"addresses": []}}
+    )
+    assert out.spec.taints[0].key == "k" and out.status.addresses[0].address == "10.0.0.1"
+
+
+def test_delete_with_finalizers_then_release(core: kubernetes.client.CoreV1Api, emu: Emulator) -> None:
+    body = service_body("web")
+    body["metadata"]["finalizers"] = ["service.k8s.aws/resources"]
+    core.create_namespaced_service("default", body)
+    pending = core.delete_namespaced_service("web", "default")
+    assert pending.metadata.deletion_timestamp is not None
+    stored = emu.get("services", "default", "web")
+    assert stored is not None and stored["metadata"]["deletionTimestamp"]
+    again = core.delete_namespaced_service("web", "default")  # idempotent while pending
+    assert again.metadata.resource_version == pending.metadata.resource_version
+    with pytest.raises(ApiException) as exc:  # no new finalizers while terminating
+        core.patch_namespaced_service("web", "default", {"metadata": {"finalizers": ["other.io/x"]}})
+    assert exc.value.status == 422
+    core.patch_namespaced_service(
+        "web", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["service.k8s.aws/resources"]}}
+    )
+    assert emu.get("services", "default", "web") is None
+
+
+def test_delete_http_codes(raw: Raw, core: kubernetes.client.CoreV1Api) -> None:
+    body = service_body("web")
+    body["metadata"]["finalizers"] = ["x.io/y"]
+    core.create_namespaced_service("default", body)
+    status, _, obj = raw.request("DELETE", "/api/v1/namespaces/default/services/web")
+    assert status == 202 and obj["metadata"]["deletionTimestamp"]
+    core.create_namespaced_service("default", service_body("plain"))
+    status, _, obj = raw.request("DELETE", "/api/v1/namespaces/default/services/plain")
+    assert status == 200 and obj["metadata"]["name"] == "plain"
