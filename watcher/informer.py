@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ccm.messages import Delta
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from ccm.messages import Delta
 from watcher import relevance
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from ccm.messages import Delta
 
+from ccm.messages import Delta
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
 from watcher.metrics import Metrics

@@ -3,6 +3,7 @@
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from ccm.service.runtime import logger, metrics, runtime
 
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ccm.aws import faults
 
+from ccm.aws import faults
 from devstack.stack import Stack, StackConfig
 
 

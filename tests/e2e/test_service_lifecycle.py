@@ -11,7 +11,6 @@ from pathlib import Path
 from ccm.aws import faults
 from ccm.messages import delta_for
 from ccm.service import predicates as p
-
 from devstack.stack import Stack
 from tests.e2e.helpers import (
     aws_state,

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import boto3
 import pytest
-from ccm.aws.clients import AwsClients
-from ccm.aws.nlb import NetworkLoadBalancers
 from moto import mock_aws
 
+from ccm.aws.clients import AwsClients
+from ccm.aws.nlb import NetworkLoadBalancers
 from tests.factories import node
 
 REGION = "us-east-1"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from botocore.exceptions import ClientError
+
 from ccm.aws.clients import CallCounter
 from ccm.contracts import ImplementedElsewhere
-
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, World
 

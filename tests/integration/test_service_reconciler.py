@@ -12,14 +12,14 @@ from typing import Any
 
 import boto3
 import pytest
+from kubernetes import client, config
+
 from ccm.aws.clients import CallCounter
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
 from ccm.messages import delta_for
 from ccm.service import predicates as p
 from ccm.service.runtime import ServiceRuntime
-from kubernetes import client, config
-
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import CLUSTER, World
 

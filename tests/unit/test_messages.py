@@ -1,8 +1,8 @@
 import json
 
 import pytest
-from ccm import messages
 
+from ccm import messages
 from tests.factories import node, service
 
 

@@ -1,8 +1,8 @@
 import pytest
+
 from ccm.aws import nlb_model as m
 from ccm.aws.subnets import choose_subnets
 from ccm.contracts import InvalidServiceConfig
-
 from tests.factories import node, service
 
 NODES = [node("n1", "i-1"), node("n2", "i-2"), node("n3", "i-3"), node("n4")]

@@ -1,8 +1,8 @@
 import pytest
+
 from ccm.messages import delta_for
 from ccm.service import predicates as p
 from ccm.service.decisions import Action, backoff_seconds, decide, ingress_equal
-
 from tests.factories import node, service
 
 OURS = "ccm.aws/serverless"

@@ -4,7 +4,6 @@ import threading
 import time
 
 from ccm.messages import Delta
-
 from watcher.buffer import DeltaBuffer
 
 

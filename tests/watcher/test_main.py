@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from ccm.messages import parse_delta
-
 from devstack.k8s_emulator import Emulator
 from tests.watcher.conftest import receive_all, wait_until
 from tests.watcher.objects import service

@@ -51,6 +51,12 @@ def configure_eks(configuration: client.Configuration, cluster_name: str) -> Non
         ca.write(base64.b64decode(cluster["certificateAuthority"]["data"]))
     configuration.host = cluster["endpoint"]
     configuration.ssl_ca_cert = ca.name
+    install_token_refresh(configuration, session, cluster_name)
+
+
+def install_token_refresh(configuration: client.Configuration, session: boto3.session.Session, cluster: str) -> None:
+    """Mint a token now and again before it expires, just before a request needs it."""
+    cluster_name = cluster
     minted = {"at": 0.0}
 
     def refresh(conf: Any) -> None:
