@@ -29,8 +29,9 @@ from ccm.messages import InvalidDelta, parse_delta
 from ccm.service.decisions import backoff_seconds
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
 
-logger = Logger()
-metrics = Metrics()
+# Defaults keep the metrics valid even when the module was imported before the environment was set.
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "service-reconciler")
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
 log = logging.getLogger(__name__)
 
 

@@ -1,0 +1,266 @@
+"""A local AWS (moto in server mode) and a seeded cluster network to reconcile against.
+
+The server speaks the real AWS HTTP protocols, so boto3 and our drivers run unchanged, pointed at it through
+`endpoint_url` (or the AWS_ENDPOINT_URL environment variable, which boto3 honours for every service).
+`seed_world` builds what an EKS-style cluster network looks like to cloud-provider-aws: a tagged VPC, public
+subnets (routed to an internet gateway) and private subnets in several AZs, a node security group and running
+instances; `World.node_objects()` gives the matching Kubernetes Node objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from moto.server import ThreadedMotoServer
+
+from devstack.queues import harden_moto_sqs
+
+# moto accepts any string; fixed dummy credentials keep boto3 from looking for real ones.
+DUMMY_CREDENTIALS: dict[str, Any] = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+VPC_CIDR = "10.0.0.0/16"
+INSTANCE_TYPE = "t3.medium"
+# One of moto's built-in AMIs (the image is irrelevant to a CCM); listing moto's AMIs would cost ~2 s.
+NODE_IMAGE_ID = "ami-12c6146b"
+
+
+def start_moto_server(port: int = 0) -> tuple[ThreadedMotoServer, str]:
+    """Start moto on 127.0.0.1 (port 0 = any free port); returns the server (call .stop()) and its URL."""
+    # werkzeug logs every request at INFO on stderr; pollers make that thousands of lines.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    # Our pollers receive/delete concurrently; moto's SQS needs fixes to keep FIFO guarantees then.
+    harden_moto_sqs()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    host, bound = server.get_host_and_port()
+    return server, f"http://{host}:{bound}"
+
+
+def client(service: str, endpoint_url: str, region: str, **kwargs: Any) -> Any:
+    """A boto3 client for the local endpoint with dummy credentials."""
+    # Any: boto3-stubs types clients per literal service name, which a str parameter cannot satisfy.
+    session: Any = boto3.session.Session(region_name=region, **DUMMY_CREDENTIALS)
+    return session.client(service, endpoint_url=endpoint_url, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    instance_id: str
+    az: str
+    subnet_id: str
+    private_dns: str
+    private_ip: str
+    instance_type: str = INSTANCE_TYPE
+
+    @property
+    def provider_id(self) -> str:
+        return f"aws:///{self.az}/{self.instance_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    endpoint_url: str
+    region: str
+    cluster_name: str
+    vpc_id: str
+    internet_gateway_id: str
+    public_route_table_id: str
+    private_route_table_id: str
+    public_subnets: dict[str, str]  # AZ -> subnet id
+    private_subnets: dict[str, str]  # AZ -> subnet id
+    node_sg_id: str
+    instances: list[Instance] = field(default_factory=list)
+
+    @property
+    def cluster_tag_key(self) -> str:
+        return f"kubernetes.io/cluster/{self.cluster_name}"
+
+    @property
+    def azs(self) -> list[str]:
+        return list(self.public_subnets)
+
+    def node_objects(self) -> list[dict[str, Any]]:
+        """Kubernetes Node objects (plain JSON dicts, as the API server returns them) for the instances."""
+        return [self._node(i, inst) for i, inst in enumerate(self.instances)]
+
+    def _node(self, index: int, inst: Instance) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": inst.private_dns,
+                # Stable per instance so repeated calls describe the same objects.
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, inst.provider_id)),
+                "resourceVersion": "1",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {
+                    "kubernetes.io/hostname": inst.private_dns,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "node.kubernetes.io/instance-type": inst.instance_type,
+                    "topology.kubernetes.io/zone": inst.az,
+                    "topology.kubernetes.io/region": self.region,
+                },
+            },
+            "spec": {
+                "providerID": inst.provider_id,
+                "podCIDR": f"10.244.{index}.0/24",
+                "podCIDRs": [f"10.244.{index}.0/24"],
+            },
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status",
+                        "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ],
+                "addresses": [
+                    {"type": "InternalIP", "address": inst.private_ip},
+                    {"type": "InternalDNS", "address": inst.private_dns},
+                    {"type": "Hostname", "address": inst.private_dns},
+                ],
+            },
+        }
+
+
+def _tags(**pairs: str) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in pairs.items()]
+
+
+def _tag_spec(resource_type: str, tags: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+
+
+def seed_world(
+    endpoint_url: str,
+    region: str,
+    cluster_name: str,
+    nodes: int = 3,
+    *,
+    zones: int = 2,
+    nodes_in_public_subnets: bool = False,
+) -> World:
+    """Create the cluster network and `nodes` running instances spread round-robin over `zones` AZs.
+
+    Nodes go to the private subnets by default (the usual EKS layout: internet-facing LBs in public subnets,
+    instance targets in private ones).
+    """
+    ec2 = client("ec2", endpoint_url, region)
+    cluster_tag = f"kubernetes.io/cluster/{cluster_name}"
+    azs = [z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]][:zones]
+    if len(azs) < zones:
+        raise ValueError(f"{region} has only {len(azs)} availability zones")
+
+    vpc_id = ec2.create_vpc(
+        CidrBlock=VPC_CIDR, TagSpecifications=_tag_spec("vpc", {"Name": cluster_name, cluster_tag: "shared"})
+    )["Vpc"]["VpcId"]
+    # Instances need DNS hostnames to get the private DNS names that become Node names.
+    ec2.modify_vpc_attribute(VpcId=vpc_id, EnableDnsSupport={"Value": True})
+    ec2.modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
+    igw_id = ec2.create_internet_gateway(
+        TagSpecifications=_tag_spec("internet-gateway", {"Name": cluster_name, cluster_tag: "shared"})
+    )["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=igw_id, VpcId=vpc_id)
+
+    public_rt = ec2.create_route_table(
+        VpcId=vpc_id, TagSpecifications=_tag_spec("route-table", {"Name": f"{cluster_name}-public"})
+    )["RouteTable"]["RouteTableId"]
+    ec2.create_route(RouteTableId=public_rt, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw_id)
+    # The private table is the one tagged for the cluster: it is where pod-CIDR routes go (the route
+    # controller picks the single cluster-tagged table, as cloud-provider-aws does).
+    private_rt = ec2.create_route_table(
+        VpcId=vpc_id,
+        TagSpecifications=_tag_spec("route-table", {"Name": f"{cluster_name}-private", cluster_tag: "owned"}),
+    )["RouteTable"]["RouteTableId"]
+
+    public_subnets: dict[str, str] = {}
+    private_subnets: dict[str, str] = {}
+    for i, az in enumerate(azs):
+        public_subnets[az] = _subnet(
+            ec2,
+            vpc_id,
+            az,
+            f"10.0.{i}.0/24",
+            public_rt,
+            {
+                "Name": f"{cluster_name}-public-{az}",
+                cluster_tag: "shared",
+                "kubernetes.io/role/elb": "1",
+            },
+        )
+        private_subnets[az] = _subnet(
+            ec2,
+            vpc_id,
+            az,
+            f"10.0.{128 + i}.0/24",
+            private_rt,
+            {
+                "Name": f"{cluster_name}-private-{az}",
+                cluster_tag: "shared",
+                "kubernetes.io/role/internal-elb": "1",
+            },
+        )
+
+    node_sg_id = ec2.create_security_group(
+        GroupName=f"{cluster_name}-nodes",
+        Description=f"Nodes of cluster {cluster_name}",
+        VpcId=vpc_id,
+        TagSpecifications=_tag_spec("security-group", {"Name": f"{cluster_name}-nodes", cluster_tag: "owned"}),
+    )["GroupId"]
+
+    node_subnets = public_subnets if nodes_in_public_subnets else private_subnets
+    instances: list[Instance] = []
+    for n in range(nodes):
+        az = azs[n % len(azs)]
+        run = ec2.run_instances(
+            ImageId=NODE_IMAGE_ID,
+            InstanceType=INSTANCE_TYPE,
+            MinCount=1,
+            MaxCount=1,
+            SubnetId=node_subnets[az],
+            SecurityGroupIds=[node_sg_id],
+            TagSpecifications=_tag_spec("instance", {"Name": f"{cluster_name}-node-{n}", cluster_tag: "owned"}),
+        )
+        inst = run["Instances"][0]
+        instances.append(
+            Instance(
+                instance_id=inst["InstanceId"],
+                az=az,
+                subnet_id=node_subnets[az],
+                private_dns=inst["PrivateDnsName"],
+                private_ip=inst["PrivateIpAddress"],
+            )
+        )
+    ids = [i.instance_id for i in instances]
+    if ids:
+        # run_instances answers "pending"; ELB target registration requires "running".
+        ec2.get_waiter("instance_running").wait(InstanceIds=ids, WaiterConfig={"Delay": 1, "MaxAttempts": 10})
+
+    return World(
+        endpoint_url=endpoint_url,
+        region=region,
+        cluster_name=cluster_name,
+        vpc_id=vpc_id,
+        internet_gateway_id=igw_id,
+        public_route_table_id=public_rt,
+        private_route_table_id=private_rt,
+        public_subnets=public_subnets,
+        private_subnets=private_subnets,
+        node_sg_id=node_sg_id,
+        instances=instances,
+    )
+
+
+def _subnet(ec2: Any, vpc_id: str, az: str, cidr: str, route_table_id: str, tags: dict[str, str]) -> str:
+    subnet_id: str = ec2.create_subnet(
+        VpcId=vpc_id, AvailabilityZone=az, CidrBlock=cidr, TagSpecifications=_tag_spec("subnet", tags)
+    )["Subnet"]["SubnetId"]
+    ec2.associate_route_table(RouteTableId=route_table_id, SubnetId=subnet_id)
+    return subnet_id

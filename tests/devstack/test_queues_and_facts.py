@@ -1,0 +1,100 @@
+"""devstack.template reads the real template.yaml; create_queues stands its queues up in moto."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.queues import create_queues
+from devstack.template import TemplateError, load_template
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+
+
+def test_facts_of_the_real_template() -> None:
+    facts = load_template(TEMPLATE, {"ClusterName": "facts", "VpcId": "vpc-1"})
+    fn = facts.functions["ServiceReconcilerFunction"]
+    assert fn.code_dir == ROOT / "functions" / "services"
+    assert (fn.handler_module, fn.handler_function) == ("app", "lambda_handler")
+    assert fn.handler_path == ROOT / "functions" / "services" / "app.py"
+    assert fn.timeout == 60 and fn.memory_size == 512 and fn.runtime == "python3.13"
+    assert fn.layer_dirs == (ROOT / "layers" / "ccm",)
+    (event,) = fn.sqs_events
+    assert event.queue_logical_id == "ServicesQueue"
+    assert event.batch_size == 10 and event.report_batch_item_failures
+    assert event.maximum_concurrency == 10
+    # Globals and function environment merged, parameters and defaults resolved; the queue URL is not known yet.
+    assert fn.environment["CLUSTER_NAME"] == "facts"
+    assert fn.environment["VPC_ID"] == "vpc-1"
+    assert fn.environment["KUBE_AUTH_MODE"] == "eks"
+    assert fn.environment["POWERTOOLS_SERVICE_NAME"] == "service-reconciler"  # function overrides Globals
+    assert fn.environment["POWERTOOLS_METRICS_NAMESPACE"] == "ServerlessCCM"
+    assert fn.unresolved == ("SERVICES_QUEUE_URL",)
+    resolved = facts.with_resources({"ServicesQueue": "http://q/services"}).functions["ServiceReconcilerFunction"]
+    assert resolved.environment["SERVICES_QUEUE_URL"] == "http://q/services"
+    assert resolved.unresolved == ()
+    assert (
+        facts.with_parameters({"ServiceReconcilerConcurrency": 3})
+        .functions["ServiceReconcilerFunction"]
+        .sqs_events[0]
+        .maximum_concurrency
+        == 3
+    )
+
+    q = facts.queues["ServicesQueue"]
+    assert q.name == "facts-ccm-services.fifo" and q.fifo
+    assert (q.redrive_target, q.max_receive_count, q.visibility_timeout) == ("ServicesDLQ", 5, 360)
+    order = facts.queue_creation_order()
+    assert order.index("ServicesDLQ") < order.index("ServicesQueue")
+    assert order.index("NodesDLQ") < order.index("NodesQueue")
+
+
+def test_unsupported_intrinsics_are_reported(tmp_path: Path) -> None:
+    path = tmp_path / "template.yaml"
+    path.write_text(
+        "Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties:\n"
+        "      Handler: app.h\n      Timeout: !FindInMap [M, a, b]\n"
+    )
+    with pytest.raises(TemplateError):
+        load_template(path)
+
+
+def test_create_queues_mirrors_the_template(sqs: Any) -> None:
+    facts = load_template(TEMPLATE)
+    urls = create_queues(sqs, facts, "queues")
+    assert set(urls) == {"ServicesQueue", "ServicesDLQ", "NodesQueue", "NodesDLQ"}
+    attrs = {lid: sqs.get_queue_attributes(QueueUrl=u, AttributeNames=["All"])["Attributes"] for lid, u in urls.items()}
+    assert urls["ServicesQueue"].endswith("/queues-ccm-services.fifo")
+    for lid, a in attrs.items():
+        assert a["FifoQueue"] == "true", lid
+        assert a["SqsManagedSseEnabled"] == "true", lid
+        assert a["ContentBasedDeduplication"] == "false", lid
+    for src, dlq in (("ServicesQueue", "ServicesDLQ"), ("NodesQueue", "NodesDLQ")):
+        redrive = json.loads(attrs[src]["RedrivePolicy"])
+        assert redrive == {"deadLetterTargetArn": attrs[dlq]["QueueArn"], "maxReceiveCount": 5}
+        assert attrs[src]["VisibilityTimeout"] == "360"
+        assert attrs[src]["MessageRetentionPeriod"] == "345600"
+        assert attrs[src]["DeduplicationScope"] == "messageGroup"
+        assert attrs[src]["FifoThroughputLimit"] == "perMessageGroupId"
+        assert attrs[dlq]["MessageRetentionPeriod"] == "1209600"
+    assert create_queues(sqs, facts, "queues") == urls  # idempotent
+
+
+def test_moto_fifo_redelivers_a_timed_out_group_oldest_first(sqs: Any) -> None:
+    """devstack.queues.harden_moto_sqs (applied by start_moto_server): plain moto 5.2 would deliver a2 first."""
+    url = sqs.create_queue(QueueName="order.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "1"})[
+        "QueueUrl"
+    ]
+    for i in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=f"a{i}", MessageGroupId="a", MessageDeduplicationId=f"a{i}")
+    first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in first] == ["a0", "a1", "a2"]
+    assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []) == []  # group in flight
+    time.sleep(1.1)
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)["Messages"]
+    assert [m["Body"] for m in again] == ["a0", "a1", "a2"]
