@@ -67,7 +67,7 @@ class AwsClients:
     def client(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
-                made = self.session.client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
+                made = self.session.client(service, config=RETRY_CONFIG)
                 faults.attach(made)
                 self._clients[service] = self.counter.attach(made)
             return self._clients[service]

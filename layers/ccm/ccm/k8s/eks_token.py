@@ -26,7 +26,7 @@ def mint_token(session: boto3.session.Session, cluster_name: str) -> str:
         sts.meta.region_name,
         "sts",
         "v4",
-        session.get_credentials(),  # type: ignore[arg-type]
+        session.get_credentials(),
         session.events,
     )
     url = signer.generate_presigned_url(
