@@ -80,31 +80,82 @@ class InstanceMetadata:
     region: str
     zone_id: str = ""
     addresses: tuple[tuple[str, str], ...] = ()  # (type, address) in the order to publish
+    state: str = ""  # EC2 instance state name: pending, running, shutting-down, terminated, stopping, stopped
+
+    @property
+    def exists(self) -> bool:
+        """InstanceExists upstream: false once the instance is terminated (not found is a missing metadata)."""
+        return self.state != "terminated"
+
+    @property
+    def shutdown(self) -> bool:
+        """InstanceShutdown upstream: true only for a stopped instance (a stopped instance still exists)."""
+        return self.state == "stopped"
+
+
+class InstanceNotFound(LookupError):
+    """No instance backs the node (not found by providerID, or by private DNS name when it has none)."""
 
 
 class Instances(Protocol):
-    """Node initialisation and lifecycle (InstancesV2 upstream); implemented with the node issue."""
+    """Node initialisation and lifecycle (InstancesV2 upstream), plus a batched lookup.
+
+    `instances_metadata` is our refinement: the safety pass and event handlers look many nodes up in one call
+    instead of one DescribeInstances per node. Its answer maps node name -> metadata, or None when the lookup
+    was made and found nothing (not found, or only terminated instances when looked up by name). Nodes whose
+    providerID belongs to another provider are absent: nothing can be said about them, so nothing is done.
+    """
 
     def instance_exists(self, node: KubeObject) -> bool: ...
 
     def instance_shutdown(self, node: KubeObject) -> bool: ...
 
-    def instance_metadata(self, node: KubeObject) -> InstanceMetadata: ...
+    def instance_metadata(self, node: KubeObject) -> InstanceMetadata:
+        """Raises InstanceNotFound."""
+
+    def instances_metadata(self, nodes: Sequence[KubeObject]) -> dict[str, InstanceMetadata | None]: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    name: str
-    target_node: str
-    destination_cidr: str
+    """One VPC route as the route controller sees it (cloud.go Route, plus where it lives and what it targets)."""
+
+    name: str  # "<cluster>-<destination>", as cloud-provider-aws names listed routes
+    target_node: str  # node name when known ("" when only the instance is known)
+    destination_cidr: str  # exactly as AWS returned it (IPv4 or IPv6)
     blackhole: bool = False
+    route_table_id: str = ""
+    target_instance: str = ""  # instance id the route points to ("" for gateways, NAT, ENI-only, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTable:
+    route_table_id: str
+    routes: tuple[Route, ...] = ()
 
 
 class Routes(Protocol):
-    """VPC routes for pod CIDRs; implemented with the node/route issue."""
+    """VPC routes for pod CIDRs (cloud.go Routes), refined for several cluster-tagged route tables.
+
+    Upstream insists on exactly one table; we manage every table tagged for the cluster (e.g. one per AZ), so the
+    table is part of the Route, and a route table listing is separate from a route listing (a table without any
+    route of ours still needs routes). ReplaceRoute is explicit: the planner decides when a blackhole (or a route
+    of ours to a stale instance) is overwritten, instead of CreateRoute deleting blackholes behind its back.
+    """
+
+    def list_route_tables(self, cluster_name: str) -> list[RouteTable]:
+        """Every route table tagged for the cluster in our VPC, with its routes (one filtered read)."""
 
     def list_routes(self, cluster_name: str) -> list[Route]: ...
 
-    def create_route(self, cluster_name: str, name_hint: str, route: Route) -> None: ...
+    def create_route(self, cluster_name: str, name_hint: str, route: Route) -> None:
+        """Create route.destination_cidr -> route.target_instance in route.route_table_id."""
+
+    def replace_route(self, cluster_name: str, route: Route) -> None:
+        """Point an existing destination (a blackhole, or a route of ours to another instance) at the target."""
 
     def delete_route(self, cluster_name: str, route: Route) -> None: ...
+
+    def disable_source_dest_check(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """Read SourceDestCheck first; turn it off where it is on. Returns {instance id: problem} for instances
+        that cannot take routes (missing, terminated); the others are ready."""

@@ -6,7 +6,9 @@ changed and carry enough (trimmed) fields to decide cheaply whether it matters. 
     {
       "v": 1,                               # schema version
       "kind": "Service" | "Node",
-      "type": "ADDED" | "MODIFIED" | "DELETED" | "SYNC",   # SYNC = relist / periodic resync
+      "type": "ADDED" | "MODIFIED" | "DELETED" | "SYNC" | "HOSTS",
+                                             # SYNC = relist / periodic resync; HOSTS = the Service's member
+                                             # nodes changed (sent by the nodes Lambda, see ccm.membership)
       "key": "<namespace>/<name>" | "<node name>",
       "uid": "<metadata.uid>",
       "resourceVersion": "<metadata.resourceVersion>",
@@ -33,7 +35,7 @@ import fastjsonschema
 
 SCHEMA_VERSION: Final = 1
 KINDS: Final = ("Service", "Node")
-EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED", "SYNC")
+EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED", "SYNC", "HOSTS")
 MAX_GROUP_ID_LEN: Final = 128
 LB_ANNOTATION_PREFIXES: Final = ("service.beta.kubernetes.io/", "service.kubernetes.io/")
 

@@ -80,7 +80,22 @@ class NetworkLoadBalancers:
         return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),))
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
-        self.ensure_load_balancer(cluster_name, service, nodes)
+        """Only the targets: a host update never changes listeners or groups (a Service change does that)."""
+        if not p.belongs_to_us(service, self.our_class):
+            raise ImplementedElsewhere()
+        desired = m.desired_nlb(service, nodes, cluster_name, self.vpc_id)
+        lb = self._describe_lb(desired.name)
+        if lb is None:
+            raise RetryError("load balancer not created yet", delay_seconds=5)
+        observed = self._observe(lb, p.meta(service)["uid"], with_targets=True)
+        targets_only = [
+            op for op in m.plan(desired, observed) if isinstance(op, m.RegisterTargets | m.DeregisterTargets)
+        ]
+        self._apply(
+            [op for op in targets_only if op.name in {tg.name for tg in observed.target_groups.values()}],
+            observed,
+            desired,
+        )
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
         self.delete_for_uid(p.meta(service)["uid"])

@@ -8,6 +8,7 @@
 | found, belongs to another controller, no finalizer| NOTHING (ImplementedElsewhere)           |
 | found, belongs to another controller, finalizer   | CLEANUP (drop our LB, keep their status) |
 | found, !wantsLoadBalancer || needsCleanup         | DELETE                                   |
+| HOSTS hint (member nodes changed), LB in place    | UPDATE_HOSTS (UpdateLoadBalancer)        |
 | otherwise                                         | ENSURE                                   |
 
 We keep no memory between reconciles: "was known" and "the last UID processed" come from the delta (the hint),
@@ -32,6 +33,7 @@ class Action(enum.Enum):
     DELETE = "delete"
     CLEANUP_FOREIGN = "cleanup-foreign"
     DELETE_GONE = "delete-gone"
+    UPDATE_HOSTS = "update-hosts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,8 @@ def decide(delta: Delta, live: KubeObject | None, our_class: str) -> Decision:
             # The finalizer goes on before any cloud call, so without it we never created anything.
             return Decision(Action.NOTHING, previous, "does not want a load balancer and never had one")
         return Decision(Action.DELETE, previous, "load balancer no longer wanted")
+    if delta.type == "HOSTS" and p.has_finalizer(live) and not previous:
+        return Decision(Action.UPDATE_HOSTS, reason="member nodes changed")
     return Decision(Action.ENSURE, previous, "wants a load balancer")
 
 

@@ -20,10 +20,17 @@ log = logging.getLogger(__name__)
 
 class KubeServices(Protocol):
     def get_service(self, namespace: str, name: str) -> KubeObject | None: ...
-    def list_nodes(self) -> list[KubeObject]: ...
     def set_finalizers(self, svc: KubeObject, finalizers: list[str]) -> KubeObject: ...
     def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> bool: ...
     def record_event(self, obj: KubeObject, event_type: str, reason: str, message: str) -> None: ...
+
+
+class Members(Protocol):
+    """Member nodes of a Service (ccm.membership.nodes.MemberNodes) and the registry of LB Services."""
+
+    def for_service(self, svc: KubeObject) -> list[KubeObject]: ...
+    def register(self, svc: KubeObject) -> None: ...
+    def unregister(self, svc: KubeObject) -> None: ...
 
 
 class UidDeleter(Protocol):
@@ -51,9 +58,16 @@ class Outcome:
 
 class ServiceReconciler:
     def __init__(
-        self, kube: KubeServices, balancer: LoadBalancer, by_uid: UidDeleter, cluster_name: str, our_class: str
+        self,
+        kube: KubeServices,
+        balancer: LoadBalancer,
+        by_uid: UidDeleter,
+        members: Members,
+        cluster_name: str,
+        our_class: str,
     ) -> None:
         self.kube = kube
+        self.members = members
         self.balancer = balancer
         self.by_uid = by_uid
         self.cluster_name = cluster_name
@@ -76,7 +90,14 @@ class ServiceReconciler:
                 # A periodic SYNC of a Service that already has its status stays quiet (no Normal events every
                 # resync); a first sight through SYNC (watcher relist) is announced as usual.
                 has_status = bool(((live.get("status") or {}).get("loadBalancer") or {}).get("ingress"))
-                self._ensure(live, outcome, quiet=delta.type == "SYNC" and has_status)
+                self._ensure(
+                    live,
+                    outcome,
+                    quiet=delta.type == "SYNC" and has_status,
+                    register=delta.type in ("ADDED", "MODIFIED"),
+                )
+            elif decision.action is Action.UPDATE_HOSTS:
+                self._update_hosts(live, outcome)
             else:
                 self._delete(live, outcome, write_status=decision.action is Action.DELETE)
         except InvalidServiceConfig as err:
@@ -85,19 +106,21 @@ class ServiceReconciler:
             self._event(live, outcome, "Warning", "SyncLoadBalancerFailed", f"Error syncing load balancer: {err}")
         except RetryError as err:
             raise SyncFailed(str(err), retry_after=err.delay_seconds) from err
+        except SyncFailed:
+            raise  # already reported
         except Exception as err:
             self._event(live, outcome, "Warning", "SyncLoadBalancerFailed", f"Error syncing load balancer: {err}")
             raise SyncFailed(str(err)) from err
         return outcome
 
     # -- ENSURE path ----------------------------------------------------------------------------------------------
-    def _ensure(self, svc: KubeObject, outcome: Outcome, quiet: bool) -> None:
+    def _ensure(self, svc: KubeObject, outcome: Outcome, quiet: bool, register: bool) -> None:
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
         if not p.has_finalizer(svc):
             # Before any cloud call: a delete racing the creation must find the finalizer and clean up.
             svc = self.kube.set_finalizers(svc, [*(p.meta(svc).get("finalizers") or []), p.FINALIZER])
-        nodes = p.member_nodes(self.kube.list_nodes())
+        nodes = self.members.for_service(svc)
         if not nodes:
             self._event(
                 svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
@@ -111,6 +134,28 @@ class ServiceReconciler:
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
         self._write_status(svc, status.to_api().get("ingress", []), outcome)
+        if register or outcome.status_written:
+            # Only when the Service changed: a no-op resync writes nothing anywhere.
+            self.members.register(svc)
+
+    # -- node-driven host update (UpdateLoadBalancer) ------------------------------------------------------------
+    def _update_hosts(self, svc: KubeObject, outcome: Outcome) -> None:
+        nodes = self.members.for_service(svc)
+        if not nodes:
+            self._event(
+                svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
+            )
+        try:
+            self.balancer.update_load_balancer(self.cluster_name, svc, nodes)
+        except ImplementedElsewhere:
+            return
+        except Exception as err:
+            names = [n["metadata"]["name"] for n in nodes]
+            shown = ", ".join(names[:20]) + (f", <{len(names) - 20} more>" if len(names) > 20 else "")
+            message = f"Error updating load balancer with new hosts {shown}: {err}"
+            self._event(svc, outcome, "Warning", "UpdateLoadBalancerFailed", message)
+            raise SyncFailed(message) from err
+        self._event(svc, outcome, "Normal", "UpdatedLoadBalancer", "Updated load balancer with new hosts")
 
     # -- DELETE path ----------------------------------------------------------------------------------------------
     def _delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:
@@ -122,6 +167,7 @@ class ServiceReconciler:
             self._event(svc, outcome, "Normal", "DeletingLoadBalancer", "Deleting load balancer")
         # Always run: it also removes target groups a crash orphaned after the LB itself was gone.
         self.balancer.ensure_load_balancer_deleted(self.cluster_name, svc)
+        self.members.unregister(svc)
         remaining = [f for f in p.meta(svc).get("finalizers") or [] if f != p.FINALIZER]
         svc = self.kube.set_finalizers(svc, remaining)
         self._event(svc, outcome, "Normal", "DeletedLoadBalancer", "Deleted load balancer")

@@ -9,6 +9,7 @@ as one. A malformed body is made visible again at once, so it reaches the DLQ af
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -25,6 +26,8 @@ from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
+from ccm.membership.nodes import MemberNodes
+from ccm.membership.store import MembershipStore
 from ccm.messages import InvalidDelta, parse_delta
 from ccm.service.decisions import backoff_seconds
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
@@ -35,15 +38,26 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "S
 log = logging.getLogger(__name__)
 
 
+class Deferred(Exception):
+    """The record is to be processed later (its visibility is set to the delay); not an error."""
+
+
 class ServiceRuntime:
     """Built once per execution environment and reused by warm invocations."""
 
-    def __init__(self, settings: Settings, kube: Kube, clients: AwsClients) -> None:
+    def __init__(
+        self, settings: Settings, kube: Kube, clients: AwsClients, store: MembershipStore | None = None
+    ) -> None:
         self.settings = settings
         self.clients = clients
         self.balancer = NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class)
         self.reconciler = ServiceReconciler(
-            kube, self.balancer, self.balancer, settings.cluster_name, settings.load_balancer_class
+            kube,
+            self.balancer,
+            self.balancer,
+            MemberNodes(kube, store),
+            settings.cluster_name,
+            settings.load_balancer_class,
         )
         self._delays: dict[str, int] = {}
         self._queue_urls: dict[str, str] = {}
@@ -58,6 +72,14 @@ class ServiceRuntime:
             metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
             self._delays[record.message_id] = 0
             raise
+        not_before = float(delta.object.get("notBefore", 0)) if delta.type == "HOSTS" else 0.0
+        if not_before > started:
+            # A host update waits for the end of its coalescing bucket (ccm.membership.updater); meanwhile every
+            # change of the bucket is deduplicated into this very message. Not a failure: nothing is counted.
+            self._delays[record.message_id] = max(1, math.ceil(not_before - started))
+            raise Deferred(f"host update deferred {self._delays[record.message_id]} s")
+        if delta.type == "HOSTS":
+            attempt -= 1  # the deferral took one receive
         logger.set_correlation_id(f"{delta.key}/{delta.uid}")
         logger.append_keys(kind=delta.kind, event_type=delta.type, resource_version=delta.resource_version)
         sent_ms = int(record.attributes.sent_timestamp or started * 1000)
@@ -158,4 +180,6 @@ def runtime(factory: Callable[[], ServiceRuntime] | None = None) -> ServiceRunti
 
 def _default_runtime() -> ServiceRuntime:
     settings = Settings.from_env()
-    return ServiceRuntime(settings, Kube(new_api_client()), AwsClients(region=os.environ.get("AWS_REGION")))
+    clients = AwsClients(region=os.environ.get("AWS_REGION"))
+    table = os.environ.get("MEMBERSHIP_TABLE")
+    return ServiceRuntime(settings, Kube(new_api_client()), clients, MembershipStore(table, clients) if table else None)

@@ -1,0 +1,1 @@
+"""Load balancer membership: which nodes back LB Services, kept where a reconcile reads it cheaply."""

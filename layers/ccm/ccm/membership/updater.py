@@ -1,0 +1,80 @@
+"""The nodes Lambda's membership step: keep the table current and send coalesced HOSTS messages.
+
+For each Node delta: compute the node's member record once; if what load balancers care about changed (member
+flag, instance, labels), store it and tell every registered LoadBalancer Service whose target-node-labels
+selector the change touches — one HOSTS message in the Service's own FIFO group (serialised with its other
+reconciles, closing k/k#100846). The deduplication id is (Service UID, time bucket), so every change inside one
+bucket collapses into one message, which the service reconciler defers to the bucket's end: a burst of joins
+costs each target group one Register call per bucket, not one per node.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ccm.membership import model
+from ccm.membership.store import MembershipStore
+from ccm.messages import Delta
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MembershipUpdater:
+    store: MembershipStore
+    sqs: Any
+    services_queue_url: str
+    bucket_seconds: int = model.DEFAULT_BUCKET_SECONDS
+    clock: Callable[[], float] = time.time
+    # Warm-environment memory of (service key, bucket) already told: a hint only, SQS dedup is the guarantee.
+    _told: set[tuple[str, int]] = field(default_factory=set)
+
+    def on_node_delta(self, delta: Delta) -> int:
+        """Returns the number of HOSTS messages sent."""
+        if delta.kind != "Node":
+            return 0
+        rv = int(delta.resource_version or 0)
+        deleted = delta.type == "DELETED"
+        new = None if deleted else model.member_record_from_trimmed(delta.key, delta.object, delta.resource_version)
+        old, stored_rv = self.store.get(delta.key)
+        if stored_rv and rv <= stored_rv and not deleted:
+            return 0  # an older or repeated observation
+        # Tell first, store second: if storing fails the retry still sees the change (SQS dedups the re-send).
+        sent = 0 if model.same_membership(old, new) else self._tell(old, new)
+        self.store.write(delta.key, new, max(rv, stored_rv + 1) if deleted else rv, deleted=deleted)
+        return sent
+
+    def _tell(self, old: model.MemberRecord | None, new: model.MemberRecord | None) -> int:
+        now = self.clock()
+        index = model.bucket(now, self.bucket_seconds)
+        not_before = model.bucket_end(index, self.bucket_seconds)
+        deltas = []
+        for key, uid, selector in self.store.services():
+            if not model.affected(selector, old, new) or (key, index) in self._told:
+                continue
+            self._told.add((key, index))
+            deltas.append(Delta("Service", "HOSTS", key, uid, f"hosts-{index}", now, {"notBefore": not_before}))
+        for start in range(0, len(deltas), 10):
+            chunk = deltas[start : start + 10]
+            response = self.sqs.send_message_batch(
+                QueueUrl=self.services_queue_url,
+                Entries=[
+                    {
+                        "Id": str(i),
+                        "MessageBody": d.to_body(),
+                        "MessageGroupId": d.group_id,
+                        "MessageDeduplicationId": d.deduplication_id,
+                    }
+                    for i, d in enumerate(chunk)
+                ],
+            )
+            if response.get("Failed"):
+                for d in chunk:
+                    self._told.discard((d.key, index))
+                raise RuntimeError(f"could not enqueue host updates: {response['Failed']}")
+        self._told = {(k, b) for k, b in self._told if b >= index}  # forget old buckets
+        return len(deltas)
