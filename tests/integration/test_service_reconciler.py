@@ -86,6 +86,12 @@ def sqs_event(stack: dict[str, Any], bodies: list[str], group: str = "default/we
     sqs, url = stack["sqs"], stack["queue_url"]
     for body in bodies:
         sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=str(uuid.uuid4()))
+    return receive_event(stack)
+
+
+def receive_event(stack: dict[str, Any]) -> dict[str, Any]:
+    """Receive what is visible and shape it exactly as Lambda does."""
+    sqs, url = stack["sqs"], stack["queue_url"]
     received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     return {
@@ -101,7 +107,7 @@ def sqs_event(stack: dict[str, Any], bodies: list[str], group: str = "default/we
                 "eventSourceARN": arn,
                 "awsRegion": "us-east-1",
             }
-            for m in received["Messages"]
+            for m in received.get("Messages", [])
         ]
     }
 

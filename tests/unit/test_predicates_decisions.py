@@ -99,3 +99,16 @@ def test_ingress_equality_and_backoff():
     assert not ingress_equal(None, [{"hostname": "a"}])
     assert ingress_equal(None, [])
     assert [backoff_seconds(n) for n in (1, 2, 3, 7, 8, 20)] == [5, 10, 20, 300, 300, 300]
+
+
+def test_hosts_hint_updates_hosts_only_when_the_lb_is_in_place():
+    from ccm.messages import Delta
+
+    svc = service(finalizers=[p.FINALIZER])
+    hosts = Delta("Service", "HOSTS", "default/web", svc["metadata"]["uid"], "hosts-1", 0.0, {"notBefore": 15.0})
+    assert decide(hosts, svc, OURS).action is Action.UPDATE_HOSTS
+    fresh = service()
+    fresh_hosts = Delta("Service", "HOSTS", "default/web", fresh["metadata"]["uid"], "hosts-1", 0.0, {})
+    assert decide(fresh_hosts, fresh, OURS).action is Action.ENSURE  # never ensured yet: full ensure
+    gone = service(finalizers=[p.FINALIZER], svc_type="ClusterIP")
+    assert decide(hosts, gone, OURS).action is Action.DELETE

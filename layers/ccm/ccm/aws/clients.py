@@ -11,7 +11,7 @@ from botocore.config import Config
 
 from ccm.aws import faults
 
-READ_PREFIXES = ("Describe", "Get", "List")
+READ_PREFIXES = ("Describe", "Get", "List", "Query", "Scan", "BatchGet")
 # Adaptive mode adds client-side rate limiting on throttling errors, so bursts back off instead of failing.
 RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8}, connect_timeout=5, read_timeout=20)
 

@@ -1,0 +1,166 @@
+"""Membership table, coalesced host updates and the deferred HOSTS reconcile, on in-process moto + emulator."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from kubernetes import client, config
+
+from ccm.aws.clients import CallCounter
+from ccm.config import Settings
+from ccm.k8s.kube import Kube
+from ccm.membership.model import MemberRecord
+from ccm.membership.nodes import MemberNodes
+from ccm.membership.store import MembershipStore
+from ccm.membership.updater import MembershipUpdater
+from ccm.messages import delta_for, parse_delta
+from ccm.service.runtime import ServiceRuntime
+from devstack.k8s_emulator import Emulator
+from tests.factories import node
+from tests.integration.conftest import CLUSTER, World
+from tests.integration.test_service_reconciler import Ctx, create_service, receive_event, sqs_event
+
+
+@pytest.fixture
+def table(world: World) -> MembershipStore:
+    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    ddb.create_table(
+        TableName="members",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return MembershipStore("members", world.clients)
+
+
+@pytest.fixture
+def emulator(tmp_path: Path, world: World) -> Iterator[Emulator]:
+    emu = Emulator().start()
+    emu.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    for n in world.nodes():
+        emu.create(n)
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def kube(emulator: Emulator, tmp_path: Path) -> Kube:
+    return Kube(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig")))
+
+
+def test_store_orders_writes_by_resource_version_and_needs_seeding(table: MembershipStore):
+    assert table.members() is None
+    assert table.write("n1", MemberRecord("n1", "i-1"), 10)
+    assert not table.write("n1", MemberRecord("n1", "i-old"), 9)  # older observation loses
+    assert table.members() is None  # not seeded yet: readers must LIST
+    table.seed([("n2", MemberRecord("n2", "i-2"), 5), ("n1", MemberRecord("n1", "i-stale"), 3)])
+    assert sorted((r.name, r.instance_id) for r in table.members()) == [("n1", "i-1"), ("n2", "i-2")]
+    assert table.write("n2", None, 20, deleted=True)
+    table.seed([("n2", MemberRecord("n2", "i-2"), 6)])  # a late LIST cannot resurrect a deleted node
+    assert [r.name for r in table.members()] == ["n1"]
+
+
+def test_member_nodes_list_once_then_read_the_table(
+    table: MembershipStore, kube: Kube, emulator: Emulator, world: World
+):
+    members = MemberNodes(kube, table)
+    emulator.clear_log()
+    first = members.records()
+    second = members.records()
+    assert sorted(r.instance_id for r in first) == sorted(world.instances)
+    assert first == second
+    node_lists = [r for r in emulator.request_log.snapshot() if r["path"] == "/api/v1/nodes"]
+    assert len(node_lists) == 1  # the seeding LIST; afterwards the table answers
+
+
+def _services_queue() -> tuple[Any, str]:
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    url = sqs.create_queue(QueueName="svc.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})[
+        "QueueUrl"
+    ]
+    return sqs, url
+
+
+def test_updater_tells_only_affected_services_once_per_bucket(table: MembershipStore, world: World):
+    sqs, url = _services_queue()
+    table.seed([])
+    table.register_service("default/a", "uid-a", {})
+    table.register_service("default/b", "uid-b", {"role": "web"})
+    table.register_service("default/c", "uid-c", {"role": "db"})
+    now = [1000.0]
+    updater = MembershipUpdater(table, sqs, url, clock=lambda: now[0])
+    joined = node("n9", "i-9", role="web")
+    joined["metadata"]["resourceVersion"] = "50"
+    assert updater.on_node_delta(delta_for("Node", "ADDED", joined)) == 2  # a and b, not c
+    # Same change seen again (duplicate delivery), and a second join in the same bucket: nothing more to send.
+    assert updater.on_node_delta(delta_for("Node", "ADDED", joined)) == 0
+    other = node("n10", "i-10", role="web")
+    other["metadata"]["resourceVersion"] = "51"
+    assert updater.on_node_delta(delta_for("Node", "ADDED", other)) == 0
+    # A cold execution environment re-sends; SQS deduplication collapses it into the queued message.
+    cold = MembershipUpdater(table, sqs, url, clock=lambda: now[0])
+    third = node("n11", "i-11", role="web")
+    third["metadata"]["resourceVersion"] = "52"
+    assert cold.on_node_delta(delta_for("Node", "ADDED", third)) == 2
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    bodies = [parse_delta(m["Body"]) for m in messages]
+    assert sorted((d.key, d.type, d.object["notBefore"]) for d in bodies) == [
+        ("default/a", "HOSTS", 1005.0),
+        ("default/b", "HOSTS", 1005.0),
+    ]
+    # Next bucket: a new message.
+    now[0] = 1010.0
+    leaving = delta_for("Node", "DELETED", joined)
+    assert updater.on_node_delta(leaving) == 2
+
+
+def test_hosts_message_waits_for_its_bucket_then_updates_targets(
+    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, tmp_path: Path
+):
+    sqs, url = _services_queue()
+    api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
+    core = client.CoreV1Api(api_client)
+    runtime = ServiceRuntime(Settings(CLUSTER, world.vpc_id), Kube(api_client), world.clients, table)
+    stack = {"core": core, "runtime": runtime, "sqs": sqs, "queue_url": url}
+
+    svc = create_service(core)
+    event = sqs_event(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert runtime.handle_batch(event, Ctx()) == {"batchItemFailures": []}
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=event["Records"][0]["receiptHandle"])
+    assert [s[0] for s in table.services()] == ["default/web"]
+
+    # A new instance joins as a node; the updater sends a HOSTS message for the current bucket.
+    ec2 = world.clients.session.client("ec2")
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    new_id = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, SubnetId=subnet)["Instances"][0][
+        "InstanceId"
+    ]
+    joined = emulator.create(node("n-new", new_id))
+    now = time.time()
+    updater = MembershipUpdater(table, sqs, url, bucket_seconds=2, clock=lambda: now)
+    assert updater.on_node_delta(delta_for("Node", "ADDED", joined)) == 1
+
+    deferred = receive_event(stack)
+    not_before = json.loads(deferred["Records"][0]["body"])["object"]["notBefore"]
+    assert len(runtime.handle_batch(deferred, Ctx())["batchItemFailures"]) == 1  # waits for its bucket's end
+    assert receive_event(stack)["Records"] == []  # invisible meanwhile: the group is held, not spinning
+    time.sleep(max(0.0, not_before - time.time()) + 1.1)
+    hosts_event = receive_event(stack)
+    assert hosts_event["Records"], "visible again once the bucket is over"
+    emulator.clear_log()
+    world.clients.counter.reset_thread()
+    assert runtime.handle_batch(hosts_event, Ctx()) == {"batchItemFailures": []}
+    calls = world.clients.counter.thread_calls()
+    assert calls["elbv2:RegisterTargets"] == 2 and CallCounter.mutating(calls) == 2
+    assert not [r for r in emulator.request_log.snapshot() if r["path"] == "/api/v1/nodes"]  # no LIST
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    assert "UpdatedLoadBalancer" in {e["reason"] for e in events}
