@@ -91,7 +91,15 @@ class MembershipStore:
         self._ddb.put_item(TableName=self.table, Item=marker)
 
     # -- services ---------------------------------------------------------------------------------------------
-    def register_service(self, key: str, uid: str, selector: Mapping[str, str]) -> None:
+    def register_service(self, key: str, uid: str, selector: Mapping[str, str]) -> bool:
+        """Record a LoadBalancer Service for host updates; reads first so a repeat writes nothing."""
+        current = self._ddb.get_item(TableName=self.table, Key={"pk": _s("service"), "sk": _s(key)}).get("Item")
+        if (
+            current
+            and current["uid"]["S"] == uid
+            and {k: v["S"] for k, v in current.get("selector", {}).get("M", {}).items()} == dict(selector)
+        ):
+            return False
         self._ddb.put_item(
             TableName=self.table,
             Item={
@@ -101,6 +109,7 @@ class MembershipStore:
                 "selector": {"M": {k: _s(v) for k, v in selector.items()}},
             },
         )
+        return True
 
     def unregister_service(self, key: str, uid: str) -> None:
         try:

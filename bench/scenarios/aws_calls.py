@@ -1,0 +1,68 @@
+"""Exact AWS API calls per operation for an NLB Service with 2 TCP ports and 3 nodes (botocore hooks)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.anchors import CLOUD_PROVIDER_AWS
+from bench.world import BenchWorld
+from ccm.aws.clients import CallCounter
+
+
+def _summary(calls: dict[str, int]) -> dict[str, Any]:
+    return {
+        "total": sum(calls.values()),
+        "mutating": CallCounter.mutating(calls),
+        "by_operation": dict(sorted(calls.items())),
+    }
+
+
+def run() -> dict[str, Any]:
+    bench = BenchWorld(nodes=3)
+    try:
+        svc = bench.create_service("calls", [80, 443])
+        create = bench.reconcile(bench.delta("Service", "ADDED", svc))
+        svc = bench.service("calls")
+        noop = bench.reconcile(bench.delta("Service", "SYNC", svc))  # the periodic drift-repair resync
+        duplicate = bench.reconcile(bench.delta("Service", "MODIFIED", svc))  # a duplicate delivery
+
+        node = bench.add_node()
+        now = time.time() - 60  # a bucket already over: the HOSTS message is processed at once
+        updater = bench.updater(clock=lambda: now)
+        bench.clients.counter.reset_thread()
+        updater.on_node_delta(bench.delta("Node", "ADDED", node))
+        node_side = dict(bench.clients.counter.thread_calls())
+        messages = bench.sqs.receive_message(QueueUrl=bench.queue_url, MaxNumberOfMessages=10)["Messages"]
+        from ccm.messages import parse_delta
+
+        add_node = bench.reconcile(parse_delta(messages[0]["Body"]), receive_count=2)
+
+        bench.emulator.delete("services", "default", "calls")
+        delete = bench.reconcile(bench.delta("Service", "MODIFIED", bench.service("calls")))
+    finally:
+        bench.close()
+    nlb = {
+        "create": sum(create.values()),
+        "noop": sum(noop.values()),
+        "add_node": sum(add_node.values()),
+        "delete": sum(delete.values()),
+        "mutating_noop": CallCounter.mutating(noop),
+        "noop_duplicate_delivery": sum(duplicate.values()),
+        "add_node_nodes_lambda": sum(node_side.values()),
+        "detail": {
+            "create": _summary(create),
+            "noop": _summary(noop),
+            "noop_duplicate_delivery": _summary(duplicate),
+            "add_node": _summary(add_node),
+            "add_node_nodes_lambda": _summary(node_side),
+            "delete": _summary(delete),
+        },
+    }
+    return {
+        "nlb": nlb,
+        "clb": None,  # the Classic ELB driver arrives with the service-LB issue
+        "anchor": CLOUD_PROVIDER_AWS,
+        "notes": "noop = periodic SYNC resync (thorough pass incl. tagging API); add_node counts the service-side "
+        "host update (incl. one DynamoDB Query), add_node_nodes_lambda the nodes Lambda's table read/write",
+    }
