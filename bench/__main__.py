@@ -88,7 +88,8 @@ def print_table(results: dict[str, Any], out: Any) -> None:
     if burst:
         up = burst["anchor_upstream"]
         print(
-            f"\nNode burst: {burst['nodes']} joins x {burst['services']} services: {burst['target_calls']} target calls "
+            f"\nNode burst: {burst['nodes']} joins x {burst['services']} services: "
+            f"{burst['target_calls']} target calls "
             f"({burst['target_calls_per_target_group']} per target group), {burst['reconciles']} reconciles; "
             f"upstream {up['target_calls']} target calls, {up['reconciles']} reconciles",
             file=out,
