@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import boto3
@@ -51,7 +52,7 @@ class CallCounter:
             return Counter(self.calls)
 
     @staticmethod
-    def mutating(calls: Counter[str]) -> int:
+    def mutating(calls: Mapping[str, int]) -> int:
         return sum(n for op, n in calls.items() if not op.split(":", 1)[1].startswith(READ_PREFIXES))
 
 
