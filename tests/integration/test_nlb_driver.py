@@ -48,7 +48,7 @@ def test_create_then_noop_makes_no_mutating_call(world: World):
     world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
     calls = world.clients.counter.thread_calls()
     assert CallCounter.mutating(calls) == 0
-    assert sum(calls.values()) == 5  # LB, listeners, target groups, 2x target health
+    assert sum(calls.values()) == 6  # LB, LB attributes, listeners, target groups, 2x target health
 
 
 def test_update_ports_and_nodes_in_place(world: World):

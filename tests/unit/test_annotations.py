@@ -515,18 +515,35 @@ def test_validate_against_discovered_subnets():
 
 
 # -- integration points -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("spec", [{}, {"externalTrafficPolicy": "Local", "healthCheckNodePort": 31999}])
-def test_health_check_matches_todays_nlb_model(spec):
-    """The lead swaps nlb_model's own parsing for this config: the defaults must not change under it."""
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({}, nlb_model.HealthCheck("TCP", "traffic-port", "", 3, 3, 30, 10)),
+        (
+            {"externalTrafficPolicy": "Local", "healthCheckNodePort": 31999},
+            nlb_model.HealthCheck("HTTP", "31999", "/healthz", 2, 2, 10, 6),
+        ),
+    ],
+)
+def test_nlb_health_check_defaults_convert_to_the_driver_type(spec, expected):
     svc = service(annotations={P + "type": "nlb"}, **spec)
     hc = a.parse_load_balancer_config(svc).health_check
-    assert nlb_model.HealthCheck(**dataclasses.asdict(hc)) == nlb_model.health_check_of(svc)
+    assert nlb_model.HealthCheck(**dataclasses.asdict(hc)) == expected
 
 
-@pytest.mark.parametrize("value", [None, "true", "false", "0.0.0.0/0", "anything"])
-def test_scheme_matches_todays_nlb_model(value):
+@pytest.mark.parametrize(
+    ("value", "scheme"),
+    [
+        (None, "internet-facing"),
+        ("true", "internal"),
+        ("false", "internet-facing"),
+        ("0.0.0.0/0", "internal"),
+        ("anything", "internal"),
+    ],
+)
+def test_internal_annotation_like_cloud_provider_aws(value, scheme):
     svc = service(annotations={P + "type": "nlb", **({P + "internal": value} if value is not None else {})})
-    assert a.parse_load_balancer_config(svc).scheme == nlb_model.scheme_of(svc)
+    assert a.parse_load_balancer_config(svc).scheme == scheme
 
 
 def test_config_helpers():

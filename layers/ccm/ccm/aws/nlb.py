@@ -28,6 +28,8 @@ from ccm.contracts import (
     RetryError,
 )
 from ccm.service import predicates as p
+from ccm.service.annotations import parse_load_balancer_config, validate_against_subnets
+from ccm.service.lbconfig import LoadBalancerConfig
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,15 @@ class NetworkLoadBalancers:
         self.vpc_id = vpc_id
         self.our_class = our_class
         self._local = threading.local()
+
+    @property
+    def check_attributes(self) -> bool:
+        """Per reconcile: read and converge LB/target-group attributes (every pass but node-driven updates)."""
+        return bool(getattr(self._local, "check_attributes", True))
+
+    @check_attributes.setter
+    def check_attributes(self, value: bool) -> None:
+        self._local.check_attributes = value
 
     @property
     def thorough(self) -> bool:
@@ -67,15 +78,18 @@ class NetworkLoadBalancers:
     ) -> LoadBalancerStatus:
         if not p.belongs_to_us(service, self.our_class):
             raise ImplementedElsewhere()
-        desired = m.desired_nlb(service, nodes, cluster_name, self.vpc_id)
+        config = parse_load_balancer_config(service, default_lb_type="nlb")  # before any AWS call
+        desired = m.desired_nlb(service, config, nodes, cluster_name, self.vpc_id)
         lb = self._describe_lb(desired.name)
+        created = lb is None
         if lb is None:
-            lb = self._create_lb(desired, cluster_name)
+            lb = self._create_lb(desired, config, cluster_name)
         elif lb.get("Scheme") != desired.scheme:
             raise InvalidServiceConfig(
-                f"the NLB scheme is {lb.get('Scheme')} and cannot change to {desired.scheme} after creation"
+                f"the NLB scheme is {lb.get('Scheme')} and cannot change to {desired.scheme} after creation; "
+                "delete and re-create the Service (or revert the annotation)"
             )
-        observed = self._observe(lb, p.meta(service)["uid"], with_targets=True)
+        observed = self._observe(lb, p.meta(service)["uid"], with_targets=True, desired=desired, created=created)
         self._apply(m.plan(desired, observed), observed, desired)
         return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),))
 
@@ -83,7 +97,8 @@ class NetworkLoadBalancers:
         """Only the targets: a host update never changes listeners or groups (a Service change does that)."""
         if not p.belongs_to_us(service, self.our_class):
             raise ImplementedElsewhere()
-        desired = m.desired_nlb(service, nodes, cluster_name, self.vpc_id)
+        config = parse_load_balancer_config(service, default_lb_type="nlb")
+        desired = m.desired_nlb(service, config, nodes, cluster_name, self.vpc_id)
         lb = self._describe_lb(desired.name)
         if lb is None:
             raise RetryError("load balancer not created yet", delay_seconds=5)
@@ -149,19 +164,37 @@ class NetworkLoadBalancers:
                 found[item["ResourceARN"]] = {"TargetGroupArn": item["ResourceARN"]}
         return found
 
-    def _observe(self, lb: dict[str, Any], uid: str, with_targets: bool) -> m.ObservedNLB:
+    def _observe(
+        self,
+        lb: dict[str, Any],
+        uid: str,
+        with_targets: bool,
+        desired: m.NLBSpec | None = None,
+        created: bool = False,
+    ) -> m.ObservedNLB:
         elbv2, lb_arn = self.clients.elbv2, lb["LoadBalancerArn"]
         observed = m.ObservedNLB(arn=lb_arn, dns_name=lb["DNSName"], scheme=lb.get("Scheme", ""))
+        if desired is not None and created:
+            observed.attributes = dict(m.AWS_DEFAULT_LB_ATTRIBUTES)  # a new LB has the defaults: no read needed
+        elif desired is not None and self.check_attributes:
+            raw = elbv2.describe_load_balancer_attributes(LoadBalancerArn=lb_arn)["Attributes"]
+            observed.attributes = {a["Key"]: a["Value"] for a in raw}
+        wanted_tg_attributes = {
+            ls.target_group.name: ls.target_group.attributes for ls in (desired.listeners if desired else ())
+        }
         for listener in elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]:
             forward: dict[str, Any] = next(
                 (a for a in listener.get("DefaultActions", []) if a.get("Type") == "forward"), {}
             )
+            certificates = listener.get("Certificates") or [{}]
             observed.listeners.append(
                 m.ObservedListener(
                     listener["ListenerArn"],
                     int(listener["Port"]),
                     listener["Protocol"],
                     forward.get("TargetGroupArn", ""),
+                    certificates[0].get("CertificateArn", ""),
+                    listener.get("SslPolicy", "") or "",
                 )
             )
         groups = {tg["TargetGroupArn"]: tg for tg in self._target_groups_of(lb_arn)}
@@ -177,33 +210,73 @@ class NetworkLoadBalancers:
                 targets = frozenset(
                     d["Target"]["Id"] for d in health if d.get("TargetHealth", {}).get("State") != "draining"
                 )
+            attributes = None
+            if wanted_tg_attributes.get(tg["TargetGroupName"]) and self.check_attributes:
+                raw = elbv2.describe_target_group_attributes(TargetGroupArn=arn)["Attributes"]
+                attributes = {a["Key"]: a["Value"] for a in raw}
             observed.target_groups[arn] = m.ObservedTargetGroup(
-                arn, tg["TargetGroupName"], tg["Protocol"], int(tg["Port"]), m.health_from_api(tg), targets
+                arn, tg["TargetGroupName"], tg["Protocol"], int(tg["Port"]), m.health_from_api(tg), targets, attributes
             )
         return observed
 
     # -- writes -----------------------------------------------------------------------------------------------
-    def _create_lb(self, desired: m.NLBSpec, cluster_name: str) -> dict[str, Any]:
+    def _create_lb(self, desired: m.NLBSpec, config: LoadBalancerConfig, cluster_name: str) -> dict[str, Any]:
         ec2 = self.clients.ec2
         vpc_filter = [{"Name": "vpc-id", "Values": [self.vpc_id]}]
-        subnets = ec2.describe_subnets(Filters=vpc_filter)["Subnets"]
-        tables = ec2.describe_route_tables(Filters=vpc_filter)["RouteTables"]
-        chosen = choose_subnets(subnets, tables, cluster_name, internal=desired.scheme == "internal")
+        if config.subnets:
+            chosen = self._named_subnets(config)
+        else:
+            subnets = ec2.describe_subnets(Filters=vpc_filter)["Subnets"]
+            tables = ec2.describe_route_tables(Filters=vpc_filter)["RouteTables"]
+            chosen = choose_subnets(subnets, tables, cluster_name, internal=desired.scheme == "internal")
         if not chosen:
             role = "kubernetes.io/role/internal-elb" if desired.scheme == "internal" else "kubernetes.io/role/elb"
             raise InvalidServiceConfig(
                 f"no usable subnets in {self.vpc_id} for a {desired.scheme} NLB: tag one subnet per AZ with "
                 f"{role}=1 and {names.cluster_tag_key(cluster_name)}=shared"
             )
+        validate_against_subnets(config, chosen)
+        placement: dict[str, Any] = {"Subnets": chosen}
+        if config.eip_allocations or config.private_ipv4_addresses:
+            mappings = []
+            for i, subnet in enumerate(chosen):
+                mapping: dict[str, str] = {"SubnetId": subnet}
+                if config.eip_allocations:
+                    mapping["AllocationId"] = config.eip_allocations[i]
+                if config.private_ipv4_addresses:
+                    mapping["PrivateIPv4Address"] = config.private_ipv4_addresses[i]
+                mappings.append(mapping)
+            placement = {"SubnetMappings": mappings}
         created = self.clients.elbv2.create_load_balancer(
             Name=desired.name,
             Type="network",
             Scheme=desired.scheme,
-            Subnets=chosen,
+            IpAddressType=desired.ip_address_type,
             Tags=names.as_tag_list(desired.tags),
+            **placement,
         )["LoadBalancers"][0]
         lb: dict[str, Any] = created
         return lb
+
+    def _named_subnets(self, config: LoadBalancerConfig) -> list[str]:
+        """The `subnets` annotation: IDs as given, Name tags resolved inside our VPC (one filtered call)."""
+        chosen = list(config.subnet_ids)
+        if config.subnet_names:
+            found = self.clients.ec2.describe_subnets(
+                Filters=[
+                    {"Name": "vpc-id", "Values": [self.vpc_id]},
+                    {"Name": "tag:Name", "Values": list(config.subnet_names)},
+                ]
+            )["Subnets"]
+            named = {t["Value"]: s["SubnetId"] for s in found for t in s.get("Tags", []) if t["Key"] == "Name"}
+            missing = [n for n in config.subnet_names if n not in named]
+            if missing:
+                raise InvalidServiceConfig(
+                    f"service.beta.kubernetes.io/aws-load-balancer-subnets: no subnet named {', '.join(missing)} "
+                    f"in {self.vpc_id}"
+                )
+            chosen += [named[n] for n in config.subnet_names]
+        return chosen
 
     def _apply(self, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec) -> None:
         elbv2 = self.clients.elbv2
@@ -212,6 +285,14 @@ class NetworkLoadBalancers:
             log.info("nlb %s: %s", desired.name, type(op).__name__)
             if isinstance(op, m.CreateTargetGroup):
                 arn_by_name[op.spec.name] = self._create_target_group(op.spec, desired.tags)
+            elif isinstance(op, m.SetTargetGroupAttributes):
+                elbv2.modify_target_group_attributes(
+                    TargetGroupArn=arn_by_name[op.name], Attributes=[{"Key": k, "Value": v} for k, v in op.attributes]
+                )
+            elif isinstance(op, m.SetLoadBalancerAttributes):
+                elbv2.modify_load_balancer_attributes(
+                    LoadBalancerArn=observed.arn, Attributes=[{"Key": k, "Value": v} for k, v in op.attributes]
+                )
             elif isinstance(op, m.ModifyTargetGroup):
                 elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **_health_kwargs(op.health))
             elif isinstance(op, m.RegisterTargets):
@@ -229,6 +310,7 @@ class NetworkLoadBalancers:
                     ListenerArn=op.arn,
                     Protocol=op.protocol,
                     DefaultActions=[{"Type": "forward", "TargetGroupArn": arn_by_name[op.target_group]}],
+                    **_tls_kwargs(op.certificate, op.ssl_policy),
                 )
             elif isinstance(op, m.DeleteListener):
                 elbv2.delete_listener(ListenerArn=op.arn)
@@ -262,6 +344,7 @@ class NetworkLoadBalancers:
                 Protocol=op.protocol,
                 DefaultActions=[{"Type": "forward", "TargetGroupArn": tg_arn}],
                 Tags=names.as_tag_list(tags),
+                **_tls_kwargs(op.certificate, op.ssl_policy),
             )
         except ClientError as err:
             if _code(err) != "DuplicateListener":
@@ -279,6 +362,15 @@ class NetworkLoadBalancers:
                 # The LB or listener that used it is still being deleted: ask the queue to come back.
                 raise RetryError(f"target group {arn} still in use", delay_seconds=10) from err
             raise
+
+
+def _tls_kwargs(certificate: str, ssl_policy: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if certificate:
+        kwargs["Certificates"] = [{"CertificateArn": certificate}]
+        if ssl_policy:
+            kwargs["SslPolicy"] = ssl_policy
+    return kwargs
 
 
 def _health_kwargs(health: m.HealthCheck) -> dict[str, Any]:

@@ -8,15 +8,21 @@ is deleted; everything else is modified in place. An unchanged Service plans no 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ccm.aws import names
 from ccm.contracts import InvalidServiceConfig
 from ccm.service import predicates as p
+from ccm.service.lbconfig import LoadBalancerConfig
 
-INTERNAL_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer-internal"
-NLB_PROTOCOLS = ("TCP", "UDP")
+# What an NLB reports for the attributes we manage until someone changes them (a key AWS omits has this value).
+AWS_DEFAULT_LB_ATTRIBUTES = {
+    "access_logs.s3.enabled": "false",
+    "access_logs.s3.bucket": "",
+    "access_logs.s3.prefix": "",
+    "load_balancing.cross_zone.enabled": "false",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,7 @@ class TargetGroupSpec:
     port: int
     health: HealthCheck
     targets: frozenset[str]
+    attributes: tuple[tuple[str, str], ...] = ()  # only the keys we set; others keep AWS defaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,8 @@ class ListenerSpec:
     port: int
     protocol: str
     target_group: TargetGroupSpec
+    certificate: str = ""  # TLS listeners: the default certificate
+    ssl_policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,8 @@ class NLBSpec:
     scheme: str
     tags: dict[str, str]
     listeners: tuple[ListenerSpec, ...]
+    attributes: tuple[tuple[str, str], ...] = ()
+    ip_address_type: str = "ipv4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +92,7 @@ class ObservedTargetGroup:
     port: int
     health: HealthCheck
     targets: frozenset[str] = frozenset()
+    attributes: dict[str, str] | None = None  # None: not read on this pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +101,8 @@ class ObservedListener:
     port: int
     protocol: str
     target_group_arn: str
+    certificate: str = ""
+    ssl_policy: str = ""
 
 
 @dataclass(slots=True)
@@ -99,6 +113,7 @@ class ObservedNLB:
     listeners: list[ObservedListener] = field(default_factory=list)
     # Attached target groups plus, when a thorough pass looked for them, unattached ones tagged for this UID.
     target_groups: dict[str, ObservedTargetGroup] = field(default_factory=dict)
+    attributes: dict[str, str] | None = None  # None: not read on this pass
 
 
 # Plan operations. Target groups are referenced by name: a plan may create one and use it in the next step.
@@ -111,6 +126,17 @@ class CreateTargetGroup:
 class ModifyTargetGroup:
     name: str
     health: HealthCheck
+
+
+@dataclass(frozen=True, slots=True)
+class SetTargetGroupAttributes:
+    name: str
+    attributes: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SetLoadBalancerAttributes:
+    attributes: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +158,8 @@ class CreateListener:
     port: int
     protocol: str
     target_group: str
+    certificate: str = ""
+    ssl_policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +167,8 @@ class ModifyListener:
     arn: str
     protocol: str
     target_group: str
+    certificate: str = ""
+    ssl_policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +184,8 @@ class DeleteTargetGroup:
 Operation = (
     CreateTargetGroup
     | ModifyTargetGroup
+    | SetTargetGroupAttributes
+    | SetLoadBalancerAttributes
     | RegisterTargets
     | DeregisterTargets
     | CreateListener
@@ -163,49 +195,43 @@ Operation = (
 )
 
 
-def scheme_of(svc: p.KubeObject) -> str:
-    value = p.annotations_of(svc).get(INTERNAL_ANNOTATION)
-    return "internet-facing" if value is None or value.strip().lower() == "false" else "internal"
-
-
-def health_check_of(svc: p.KubeObject) -> HealthCheck:
-    spec = p.spec(svc)
-    if spec.get("externalTrafficPolicy") == "Local" and spec.get("healthCheckNodePort"):
-        # kube-proxy answers /healthz on healthCheckNodePort only on nodes with a local endpoint.
-        return HealthCheck("HTTP", str(spec["healthCheckNodePort"]), "/healthz", 2, 2, 10, 6)
-    return HealthCheck("TCP", "traffic-port", "", 3, 3, 30, 10)
-
-
-def desired_nlb(svc: p.KubeObject, nodes: Sequence[p.KubeObject], cluster_name: str, vpc_id: str) -> NLBSpec:
-    """Pure: what the NLB of this Service must look like. Raises InvalidServiceConfig on what we refuse."""
+def desired_nlb(
+    svc: p.KubeObject, config: LoadBalancerConfig, nodes: Sequence[p.KubeObject], cluster_name: str, vpc_id: str
+) -> NLBSpec:
+    """Pure: what the NLB of this Service must look like, from its validated configuration."""
     meta = p.meta(svc)
     namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    health = health_check_of(svc)
+    health = HealthCheck(**asdict(config.health_check))
     targets = frozenset(i for i in (p.instance_id(n) for n in nodes) if i)
+    attributes = tuple(sorted(config.effective_target_group_attributes().items()))
     listeners: list[ListenerSpec] = []
-    seen_ports: set[int] = set()
-    for port in p.spec(svc).get("ports") or []:
-        protocol = str(port.get("protocol", "TCP")).upper()
-        if protocol not in NLB_PROTOCOLS:
-            raise InvalidServiceConfig(f"port {port.get('port')}: protocol {protocol} is not supported by NLB")
-        if port["port"] in seen_ports:
-            raise InvalidServiceConfig(f"port {port['port']} is listed twice; one NLB listener per port")
-        if not port.get("nodePort"):
-            raise InvalidServiceConfig(
-                f"port {port['port']} has no nodePort (allocateLoadBalancerNodePorts=false is not supported)"
-            )
-        seen_ports.add(port["port"])
-        node_port = int(port["nodePort"])
-        tg_name = names.target_group_name(namespace, name, uid, (protocol, node_port, health.protocol, vpc_id))
-        tg = TargetGroupSpec(tg_name, protocol, node_port, health, targets)
-        listeners.append(ListenerSpec(int(port["port"]), protocol, tg))
+    for listener in config.listeners:
+        identity = (listener.target_protocol, listener.node_port, health.protocol, vpc_id)
+        tg_name = names.target_group_name(namespace, name, uid, identity)
+        tg = TargetGroupSpec(tg_name, listener.target_protocol, listener.node_port, health, targets, attributes)
+        certificate = listener.certificates[0] if listener.certificates else ""
+        listeners.append(ListenerSpec(listener.port, listener.protocol, tg, certificate, listener.ssl_policy))
     if not listeners:
         raise InvalidServiceConfig("a LoadBalancer Service needs at least one port")
+    tags = {**dict(config.additional_tags), **names.resource_tags(cluster_name, namespace, name, uid)}
     return NLBSpec(
         name=names.load_balancer_name(uid),
-        scheme=scheme_of(svc),
-        tags=names.resource_tags(cluster_name, namespace, name, uid),
+        scheme=config.scheme,
+        tags=tags,
         listeners=tuple(listeners),
+        attributes=lb_attributes(config),
+        ip_address_type=config.ip_address_type,
+    )
+
+
+def lb_attributes(config: LoadBalancerConfig) -> tuple[tuple[str, str], ...]:
+    """The NLB attributes we manage; all of them, so removing an annotation resets its attribute."""
+    log = config.access_log
+    return (
+        ("access_logs.s3.bucket", log.bucket if log.enabled else ""),
+        ("access_logs.s3.enabled", "true" if log.enabled else "false"),
+        ("access_logs.s3.prefix", log.prefix if log.enabled else ""),
+        ("load_balancing.cross_zone.enabled", "true" if config.cross_zone else "false"),
     )
 
 
@@ -222,23 +248,36 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
         current: frozenset[str] = frozenset()
         if have is None:
             prepare.append(CreateTargetGroup(tg))
+            if tg.attributes:
+                prepare.append(SetTargetGroupAttributes(tg.name, tg.attributes))
         else:
             current = have.targets
             if tg.health.differs_in_place(have.health):
                 prepare.append(ModifyTargetGroup(tg.name, tg.health))
+            if have.attributes is not None and any(have.attributes.get(k) != v for k, v in tg.attributes):
+                prepare.append(SetTargetGroupAttributes(tg.name, tg.attributes))
         if tg.targets - current:
             prepare.append(RegisterTargets(tg.name, tg.port, tuple(sorted(tg.targets - current))))
         if current - tg.targets:
             prepare.append(DeregisterTargets(tg.name, tg.port, tuple(sorted(current - tg.targets))))
         listener = listener_by_port.get(want.port)
         if listener is None:
-            switch.append(CreateListener(want.port, want.protocol, tg.name))
-        elif have is None or listener.target_group_arn != have.arn or listener.protocol != want.protocol:
-            switch.append(ModifyListener(listener.arn, want.protocol, tg.name))
+            switch.append(CreateListener(want.port, want.protocol, tg.name, want.certificate, want.ssl_policy))
+        elif (
+            have is None
+            or listener.target_group_arn != have.arn
+            or listener.protocol != want.protocol
+            or listener.certificate != want.certificate
+            or (want.ssl_policy and listener.ssl_policy != want.ssl_policy)
+        ):
+            switch.append(ModifyListener(listener.arn, want.protocol, tg.name, want.certificate, want.ssl_policy))
     wanted_ports = {ls.port for ls in desired.listeners}
     wanted_groups = {ls.target_group.name for ls in desired.listeners}
     cleanup: list[Operation] = [DeleteListener(ls.arn) for ls in observed.listeners if ls.port not in wanted_ports]
     cleanup += [DeleteTargetGroup(tg.arn) for tg in observed.target_groups.values() if tg.name not in wanted_groups]
+    current = {**AWS_DEFAULT_LB_ATTRIBUTES, **(observed.attributes or {})}
+    if observed.attributes is not None and any(current.get(k) != v for k, v in desired.attributes):
+        cleanup.append(SetLoadBalancerAttributes(desired.attributes))
     return prepare + switch + cleanup
 
 

@@ -103,7 +103,7 @@ class ServiceReconciler:
         except InvalidServiceConfig as err:
             # Bad input: tell the user, change nothing in AWS, and do not retry until the Service changes.
             outcome.invalid = str(err)
-            self._event(live, outcome, "Warning", "SyncLoadBalancerFailed", f"Error syncing load balancer: {err}")
+            self._event(live, outcome, "Warning", "InvalidConfiguration", f"Error syncing load balancer: {err}")
         except RetryError as err:
             raise SyncFailed(str(err), retry_after=err.delay_seconds) from err
         except SyncFailed:

@@ -86,6 +86,7 @@ class ServiceRuntime:
         metrics.add_metric(name="QueueWait", unit=MetricUnit.Milliseconds, value=max(0, started * 1000 - sent_ms))
         # A retry means an earlier attempt may have crashed between two AWS calls: look for orphans too.
         self.balancer.thorough = attempt > 1 or delta.type in ("SYNC", "DELETED")
+        self.balancer.check_attributes = delta.type != "HOSTS"  # a host update only touches targets
         self.clients.counter.reset_thread()
         try:
             outcome = self.reconciler.reconcile(delta)
