@@ -275,8 +275,8 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
     wanted_groups = {ls.target_group.name for ls in desired.listeners}
     cleanup: list[Operation] = [DeleteListener(ls.arn) for ls in observed.listeners if ls.port not in wanted_ports]
     cleanup += [DeleteTargetGroup(tg.arn) for tg in observed.target_groups.values() if tg.name not in wanted_groups]
-    current = {**AWS_DEFAULT_LB_ATTRIBUTES, **(observed.attributes or {})}
-    if observed.attributes is not None and any(current.get(k) != v for k, v in desired.attributes):
+    lb_attributes_now = {**AWS_DEFAULT_LB_ATTRIBUTES, **(observed.attributes or {})}
+    if observed.attributes is not None and any(lb_attributes_now.get(k) != v for k, v in desired.attributes):
         cleanup.append(SetLoadBalancerAttributes(desired.attributes))
     return prepare + switch + cleanup
 
