@@ -32,9 +32,11 @@ CLUSTER = "bench"
 
 class BenchWorld:
     def __init__(self, nodes: int = 3) -> None:
-        os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": REGION})
         self.moto, self.endpoint = start_moto_server()
-        os.environ["AWS_ENDPOINT_URL"] = self.endpoint
+        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": REGION}
+        env["AWS_ENDPOINT_URL"] = self.endpoint  # the runtime's clients find the local AWS like in the devstack
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         self.world = seed_world(self.endpoint, REGION, CLUSTER, nodes=nodes)
         self.emulator = Emulator(bookmark_interval=30).start()
         self.kubeconfig = self.emulator.write_kubeconfig(tempfile.mktemp(prefix="bench-kubeconfig-"))
@@ -73,6 +75,11 @@ class BenchWorld:
     def close(self) -> None:
         self.emulator.stop()
         self.moto.stop()
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
     # -- Kubernetes -------------------------------------------------------------------------------------------
     def create_service(self, name: str, ports: list[int], namespace: str = "default") -> dict[str, Any]:

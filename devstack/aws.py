@@ -33,10 +33,34 @@ def start_moto_server(port: int = 0) -> tuple[ThreadedMotoServer, str]:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     # Our pollers receive/delete concurrently; moto's SQS needs fixes to keep FIFO guarantees then.
     harden_moto_sqs()
+    faithful_moto_route_state()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
     return server, f"http://{host}:{bound}"
+
+
+def faithful_moto_route_state() -> None:
+    """moto 5.2 reports every VPC route `active`; AWS reports `blackhole` once the target is gone (a terminated
+    instance, a deleted network interface or NAT gateway). Make moto's in-process Route model derive its state
+    from its target the same way, so blackhole handling is tested against the API shape AWS returns. Patches
+    moto's server-side model (like harden_moto_sqs), never boto3. Idempotent."""
+    from moto.ec2.models.route_tables import Route
+
+    if getattr(Route, "_ccm_faithful_state", False):
+        return
+
+    def state(route: Any) -> str:
+        if route.instance is not None and route.instance.state in ("shutting-down", "terminated"):
+            return "blackhole"
+        if route.interface is not None and route.interface.id not in route.interface.ec2_backend.enis:
+            return "blackhole"
+        if route.nat_gateway is not None and route.nat_gateway.state in ("deleting", "deleted"):
+            return "blackhole"
+        return "active"
+
+    Route.state = property(state)  # type: ignore[assignment,method-assign]
+    Route._ccm_faithful_state = True  # type: ignore[attr-defined]
 
 
 def client(service: str, endpoint_url: str, region: str, **kwargs: Any) -> Any:
@@ -73,6 +97,13 @@ class World:
     private_subnets: dict[str, str]  # AZ -> subnet id
     node_sg_id: str
     instances: list[Instance] = field(default_factory=list)
+    # AZ -> private route table when seeded with one per AZ (each cluster-tagged); empty with the single table.
+    private_route_tables: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cluster_route_table_ids(self) -> list[str]:
+        """The route tables tagged for the cluster: where pod-CIDR routes go."""
+        return sorted(set(self.private_route_tables.values())) or [self.private_route_table_id]
 
     @property
     def cluster_tag_key(self) -> str:
@@ -146,11 +177,13 @@ def seed_world(
     *,
     zones: int = 2,
     nodes_in_public_subnets: bool = False,
+    route_table_per_az: bool = False,
 ) -> World:
     """Create the cluster network and `nodes` running instances spread round-robin over `zones` AZs.
 
     Nodes go to the private subnets by default (the usual EKS layout: internet-facing LBs in public subnets,
-    instance targets in private ones).
+    instance targets in private ones). route_table_per_az: one cluster-tagged private route table per AZ (the
+    layout with a NAT gateway per AZ) instead of a single one.
     """
     ec2 = client("ec2", endpoint_url, region)
     cluster_tag = f"kubernetes.io/cluster/{cluster_name}"
@@ -179,6 +212,12 @@ def seed_world(
         VpcId=vpc_id,
         TagSpecifications=_tag_spec("route-table", {"Name": f"{cluster_name}-private", cluster_tag: "owned"}),
     )["RouteTable"]["RouteTableId"]
+    private_rts: dict[str, str] = {azs[0]: private_rt} if route_table_per_az else {}
+    for az in azs[1:] if route_table_per_az else []:
+        private_rts[az] = ec2.create_route_table(
+            VpcId=vpc_id,
+            TagSpecifications=_tag_spec("route-table", {"Name": f"{cluster_name}-private-{az}", cluster_tag: "owned"}),
+        )["RouteTable"]["RouteTableId"]
 
     public_subnets: dict[str, str] = {}
     private_subnets: dict[str, str] = {}
@@ -200,7 +239,7 @@ def seed_world(
             vpc_id,
             az,
             f"10.0.{128 + i}.0/24",
-            private_rt,
+            private_rts.get(az, private_rt),
             {
                 "Name": f"{cluster_name}-private-{az}",
                 cluster_tag: "shared",
@@ -255,6 +294,7 @@ def seed_world(
         private_subnets=private_subnets,
         node_sg_id=node_sg_id,
         instances=instances,
+        private_route_tables=private_rts,
     )
 
 

@@ -42,6 +42,9 @@ class StackConfig:
     watcher: bool = True
     runner: bool = True
     resync_seconds: float = 600.0
+    routes: bool = False  # template EnableRoutes: the routes queue and the route reconciler
+    cluster_cidrs: tuple[str, ...] = ("10.244.0.0/16",)  # the node objects' pod CIDRs are 10.244.<i>.0/24
+    route_table_per_az: bool = False  # one cluster-tagged private route table per AZ instead of one
 
 
 class Stack:
@@ -65,7 +68,9 @@ class Stack:
         for key, value in DUMMY_AWS_ENV.items():
             os.environ.setdefault(key, value)
         self._moto, self.endpoint_url = start_moto_server()
-        self.world = seed_world(self.endpoint_url, cfg.region, cfg.cluster_name, nodes=cfg.nodes)
+        self.world = seed_world(
+            self.endpoint_url, cfg.region, cfg.cluster_name, nodes=cfg.nodes, route_table_per_az=cfg.route_table_per_az
+        )
         if cfg.kubeconfig:
             self.kubeconfig = cfg.kubeconfig
         else:
@@ -78,6 +83,8 @@ class Stack:
         params: dict[str, str | int] = {"ClusterName": cfg.cluster_name, "VpcId": self.world.vpc_id}
         if cfg.concurrency is not None:
             params["ServiceReconcilerConcurrency"] = cfg.concurrency
+        if cfg.routes:
+            params.update(EnableRoutes="true", ClusterCidrs=",".join(cfg.cluster_cidrs))
         self.facts = load_template(cfg.template, params, region=cfg.region)
         self.queue_urls = create_queues(self.sqs(), self.facts, cfg.cluster_name)
         if cfg.runner:

@@ -167,7 +167,12 @@ def _build(
         resource_names=facts.resource_names if resource_names is None else resource_names,
     )
     resolver = _Resolver(facts)
-    resources: dict[str, Any] = facts._doc["Resources"]
+    # A resource whose Condition is false does not exist (e.g. the routes queue and function while routes are off).
+    resources: dict[str, Any] = {
+        lid: res
+        for lid, res in facts._doc["Resources"].items()
+        if "Condition" not in res or resolver.condition(res["Condition"])
+    }
     queues = {
         lid: _queue(lid, res.get("Properties") or {}, resolver)
         for lid, res in resources.items()
@@ -347,7 +352,11 @@ class _Resolver:
         if name in self.pseudo:
             return self.pseudo[name]
         if name in self.facts.parameters:
-            return self.facts.parameters[name]
+            value = self.facts.parameters[name]
+            spec = (self.facts._doc.get("Parameters") or {}).get(name) or {}
+            if str(spec.get("Type", "")).startswith(("CommaDelimitedList", "List<")):
+                return value.split(",") if value else [""]  # CloudFormation: an empty list parameter is [""]
+            return value
         return self.name(name, strict)
 
     def name(self, name: str, strict: bool) -> str:

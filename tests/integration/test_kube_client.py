@@ -47,6 +47,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "AWS_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():
         yield
 

@@ -85,7 +85,9 @@ def test_cfn_lint_reports_nothing() -> None:
 
 
 def test_translates_to_the_expected_resources(translated: dict[str, Any]) -> None:
-    assert len(_of_type(translated, "AWS::Lambda::Function")) == 1
+    functions = _of_type(translated, "AWS::Lambda::Function")
+    # services + nodes; routes: see test_routes_*, nodes: see test_node_*
+    assert len([f for f in functions.values() if "Condition" not in f]) == 2
     assert len(_of_type(translated, "AWS::Lambda::LayerVersion")) == 1
     fn = _of_type(translated, "AWS::Lambda::Function")["ServiceReconcilerFunction"]["Properties"]
     assert fn["Runtime"] == "python3.13"
@@ -107,7 +109,9 @@ def test_translates_to_the_expected_resources(translated: dict[str, Any]) -> Non
     }
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == "ServerlessCCM"
 
-    (esm,) = _of_type(translated, "AWS::Lambda::EventSourceMapping").values()
+    services = {"Fn::GetAtt": ["ServicesQueue", "Arn"]}
+    (esm,) = [e for e in _of_type(translated, "AWS::Lambda::EventSourceMapping").values()
+              if e["Properties"]["EventSourceArn"] == services]  # fmt: skip
     props = esm["Properties"]
     assert props["EventSourceArn"] == {"Fn::GetAtt": ["ServicesQueue", "Arn"]}
     assert props["BatchSize"] <= 10
@@ -118,13 +122,14 @@ def test_translates_to_the_expected_resources(translated: dict[str, Any]) -> Non
 
 def test_queues_are_fifo_encrypted_and_redriven(translated: dict[str, Any]) -> None:
     queues = _of_type(translated, "AWS::SQS::Queue")
-    assert set(queues) == {"ServicesQueue", "ServicesDLQ", "NodesQueue", "NodesDLQ"}
+    assert set(queues) == {"ServicesQueue", "ServicesDLQ", "NodesQueue", "NodesDLQ", "RoutesQueue", "RoutesDLQ"}
     timeout = _of_type(translated, "AWS::Lambda::Function")["ServiceReconcilerFunction"]["Properties"]["Timeout"]
     for name, queue in queues.items():
         props = queue["Properties"]
         assert props["FifoQueue"] is True, name
         assert props["SqsManagedSseEnabled"] is True, name
-        assert props["ContentBasedDeduplication"] is False, name  # the watcher sends explicit ids
+        # The watcher sends explicit ids; EventBridge (safety passes, EC2 events) requires content-based ones.
+        assert props["ContentBasedDeduplication"] is (name in ("RoutesQueue", "NodesQueue")), name
         if name.endswith("DLQ"):
             assert "RedrivePolicy" not in props
             continue
@@ -155,7 +160,7 @@ def test_policies_are_least_privilege(translated: dict[str, Any]) -> None:
             assert st["Resource"].endswith(f":vpc/{PARAMS['VpcId']}")
             continue
         null = st.get("Condition", {}).get("Null", {})
-        tag_keys = {f"aws:RequestTag/{cluster_tag}", f"aws:ResourceTag/{cluster_tag}"}
+        tag_keys = {f"aws:RequestTag/{cluster_tag}", f"aws:ResourceTag/{cluster_tag}", f"ec2:ResourceTag/{cluster_tag}"}
         assert any(null.get(k) == "false" for k in tag_keys), (st.get("Sid"), elb_writes or ec2_writes)
         if "elasticloadbalancing:AddTags" in elb_writes:
             assert st["Condition"]["StringEquals"]["elasticloadbalancing:CreateAction"]
@@ -221,3 +226,193 @@ def test_malformed_event_bodies_do_not_parse() -> None:
     for rec in _records("malformed.json"):
         with pytest.raises(InvalidDelta):
             parse_delta(rec["body"])
+
+
+# ---- routes (EnableRoutes) ----------------------------------------------------------------------------------------
+
+ROUTES_RESOURCES = {
+    "RoutesQueue",
+    "RoutesDLQ",
+    "RoutesQueuePolicy",
+    "RoutesFeedPolicy",
+    "RoutesSafetyPassRule",
+    "RouteReconcilerFunction",
+    "RouteReconcilerFunctionRole",
+    "RouteReconcilerFunctionRouteTriggers",
+    "RouteReconcilerEc2Policy",
+    "RouteReconcilerLogGroup",
+}
+
+
+def test_routes_resources_exist_only_when_enabled(raw: dict[str, Any], translated: dict[str, Any]) -> None:
+    params = raw["Parameters"]
+    assert (params["EnableRoutes"]["Default"], params["ClusterCidrs"]["Type"]) == ("false", "CommaDelimitedList")
+    assert params["ClusterCidrs"]["Default"] == ""
+    assert raw["Rules"]["ClusterCidrsNeeded"]["RuleCondition"] == {"Fn::Equals": [{"Ref": "EnableRoutes"}, "true"]}
+    conditioned = {k: v.get("Condition") for k, v in translated["Resources"].items() if k in ROUTES_RESOURCES}
+    assert conditioned == dict.fromkeys(ROUTES_RESOURCES, "RoutesEnabled")
+    assert translated["Resources"]["RouteReconcilerAccessEntry"]["Condition"] == "CreateRoutesAccessEntry"
+    env = raw["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["ROUTES_QUEUE_URL"] == {"Fn::If": ["RoutesEnabled", {"Ref": "RoutesQueue"}, ""]}
+
+
+def test_routes_are_serialised_by_one_fifo_group(translated: dict[str, Any]) -> None:
+    from ccm.route.trigger import ROUTES_GROUP
+
+    res = translated["Resources"]
+    fn = res["RouteReconcilerFunction"]["Properties"]
+    assert fn["Environment"]["Variables"]["CLUSTER_CIDRS"] == {"Fn::Join": [",", {"Ref": "ClusterCidrs"}]}
+    esm = res["RouteReconcilerFunctionRouteTriggers"]["Properties"]
+    assert esm["EventSourceArn"] == {"Fn::GetAtt": ["RoutesQueue", "Arn"]}
+    assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert esm["ScalingConfig"] == {"MaximumConcurrency": 2} and esm["BatchSize"] <= 10
+    queue = res["RoutesQueue"]["Properties"]
+    assert queue["FifoQueue"] is True and queue["SqsManagedSseEnabled"] is True
+    assert queue["VisibilityTimeout"] >= 6 * fn["Timeout"]
+    assert queue["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": ["RoutesDLQ", "Arn"]}, "maxReceiveCount": 5}
+    assert res["RoutesDLQ"]["Properties"]["FifoQueue"] is True
+    rule = res["RoutesSafetyPassRule"]["Properties"]
+    assert rule["ScheduleExpression"] == "rate(5 minutes)"
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": ["RoutesQueue", "Arn"]}
+    assert target["SqsParameters"] == {"MessageGroupId": ROUTES_GROUP}
+    (allow,) = res["RoutesQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sqs:SendMessage"
+    assert allow["Condition"]["ArnEquals"]["aws:SourceArn"] == {"Fn::GetAtt": ["RoutesSafetyPassRule", "Arn"]}
+
+
+def test_route_writes_are_scoped_to_cluster_tagged_tables_and_instances(translated: dict[str, Any]) -> None:
+    doc = translated["Resources"]["RouteReconcilerEc2Policy"]["Properties"]["PolicyDocument"]
+    statements = {st["Sid"]: st for st in json.loads(_sub(doc["Fn::Sub"]))["Statement"]}
+    tag = {"Null": {f"ec2:ResourceTag/kubernetes.io/cluster/{PARAMS['ClusterName']}": "false"}}
+    routes = statements["RoutesInClusterTables"]
+    assert sorted(routes["Action"]) == ["ec2:CreateRoute", "ec2:DeleteRoute", "ec2:ReplaceRoute"]
+    assert routes["Resource"] == "arn:aws:ec2:us-east-1:123456789012:route-table/*"
+    assert routes["Condition"] == tag
+    sdc = statements["SourceDestCheckOnClusterInstances"]
+    assert (sdc["Action"], sdc["Resource"]) == (
+        "ec2:ModifyInstanceAttribute",
+        "arn:aws:ec2:us-east-1:123456789012:instance/*",
+    )
+    assert sdc["Condition"] == tag
+    role = translated["Resources"]["RouteReconcilerFunctionRole"]["Properties"]
+    inline = [st for pol in role["Policies"] for st in pol["PolicyDocument"]["Statement"]]
+    reads = next(st for st in inline if st.get("Sid") == "ReadRoutesAndInstances")
+    assert reads["Action"] == ["ec2:DescribeRouteTables", "ec2:DescribeInstances"]
+    assert {"Ref": "RouteReconcilerEc2Policy"} in role["ManagedPolicyArns"]
+    feed = translated["Resources"]["RoutesFeedPolicy"]["Properties"]
+    assert feed["Roles"] == [{"Ref": "NodeReconcilerFunctionRole"}]
+    (send,) = feed["PolicyDocument"]["Statement"]
+    assert (send["Action"], send["Resource"]) == ("sqs:SendMessage", {"Fn::GetAtt": ["RoutesQueue", "Arn"]})
+
+
+def test_devstack_reads_routes_only_when_enabled() -> None:
+    from devstack.template import load_template
+
+    off = load_template(TEMPLATE, PARAMS)
+    assert "RouteReconcilerFunction" not in off.functions and "RoutesQueue" not in off.queues
+    assert off.functions["ServiceReconcilerFunction"].environment["ROUTES_QUEUE_URL"] == ""
+    on = load_template(TEMPLATE, {**PARAMS, "EnableRoutes": "true", "ClusterCidrs": "10.244.0.0/16,fd00::/56"})
+    fn = on.functions["RouteReconcilerFunction"]
+    assert fn.environment["CLUSTER_CIDRS"] == "10.244.0.0/16,fd00::/56"
+    assert fn.code_dir == ROOT / "functions" / "routes" and fn.handler_path.is_file()
+    (event,) = fn.sqs_events
+    assert (event.queue_logical_id, event.maximum_concurrency) == ("RoutesQueue", 2)
+    assert on.queues["RoutesQueue"].redrive_target == "RoutesDLQ"
+    resolved = on.with_resources({"RoutesQueue": "http://q/routes"})
+    assert resolved.functions["ServiceReconcilerFunction"].environment["ROUTES_QUEUE_URL"] == "http://q/routes"
+
+
+# ---- node controllers ---------------------------------------------------------------------------------------------
+
+
+def test_every_function_consumes_a_fifo_queue_with_partial_batch_failures(translated: dict[str, Any]) -> None:
+    functions = _of_type(translated, "AWS::Lambda::Function")
+    mappings = _of_type(translated, "AWS::Lambda::EventSourceMapping").values()
+    for name in functions:
+        own = [e["Properties"] for e in mappings if e["Properties"]["FunctionName"] == {"Ref": name}]
+        assert own, f"{name} has no SQS event source"
+        for props in own:
+            assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"], name
+            assert props["BatchSize"] <= 10 and "MaximumBatchingWindowInSeconds" not in props, name
+            assert "MaximumConcurrency" in props["ScalingConfig"], name
+
+
+def test_node_reconciler_consumes_the_nodes_queue(translated: dict[str, Any]) -> None:
+    res = translated["Resources"]
+    fn = res["NodeReconcilerFunction"]["Properties"]
+    assert fn["Handler"] == "app.lambda_handler" and fn["Code"]["S3Key"] == "functions/nodes.zip"
+    env = fn["Environment"]["Variables"]
+    assert env["POWERTOOLS_SERVICE_NAME"] == "node-reconciler"
+    assert env["NODES_QUEUE_URL"] == {"Ref": "NodesQueue"}
+    assert {"CLUSTER_NAME", "VPC_ID", "KUBE_AUTH_MODE", "POWERTOOLS_METRICS_NAMESPACE"} <= set(env)
+    assert fn["LoggingConfig"]["LogGroup"] == {"Ref": "NodeReconcilerLogGroup"}
+    esm = res["NodeReconcilerFunctionNodeMessages"]["Properties"]
+    assert esm["EventSourceArn"] == {"Fn::GetAtt": ["NodesQueue", "Arn"]}
+    assert esm["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "NodeReconcilerConcurrency"}}
+    assert res["NodesQueue"]["Properties"]["VisibilityTimeout"] >= 6 * fn["Timeout"]
+    assert res["NodeReconcilerAccessEntry"]["Condition"] == "CreateAccessEntry"
+    assert res["NodeReconcilerAccessEntry"]["Properties"]["PrincipalArn"] == {
+        "Fn::GetAtt": ["NodeReconcilerFunctionRole", "Arn"]
+    }
+
+
+def test_eventbridge_rules_target_the_nodes_queue_with_the_groups_the_code_expects(translated: dict[str, Any]) -> None:
+    from ccm.node.events import EC2_EVENTS_GROUP, EC2_STATE_CHANGE, SAFETY_PASS_GROUP
+
+    res = translated["Resources"]
+    nodes_queue = {"Fn::GetAtt": ["NodesQueue", "Arn"]}
+    state = res["NodeInstanceStateRule"]["Properties"]
+    assert state["EventPattern"] == {
+        "source": ["aws.ec2"],
+        "detail-type": [EC2_STATE_CHANGE],
+        "detail": {"state": ["running", "stopped", "shutting-down", "terminated"]},
+    }
+    (target,) = state["Targets"]
+    assert target["Arn"] == nodes_queue and target["SqsParameters"] == {"MessageGroupId": EC2_EVENTS_GROUP}
+    tick = res["NodeSafetyPassRule"]["Properties"]
+    assert tick["ScheduleExpression"] == "rate(5 minutes)" and tick["State"] == "ENABLED"
+    (target,) = tick["Targets"]
+    assert target["Arn"] == nodes_queue and target["SqsParameters"] == {"MessageGroupId": SAFETY_PASS_GROUP}
+    # Only these two rules may send to the queue (the watcher and the function use IAM identity policies).
+    policy = res["NodesQueuePolicy"]["Properties"]
+    assert policy["Queues"] == [{"Ref": "NodesQueue"}]
+    (allow,) = policy["PolicyDocument"]["Statement"]
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sqs:SendMessage"
+    assert allow["Resource"] == nodes_queue
+    assert allow["Condition"]["ArnEquals"]["aws:SourceArn"] == [
+        {"Fn::GetAtt": ["NodeInstanceStateRule", "Arn"]},
+        {"Fn::GetAtt": ["NodeSafetyPassRule", "Arn"]},
+    ]
+
+
+def test_node_reconciler_role_reads_ec2_and_touches_only_its_queue(translated: dict[str, Any]) -> None:
+    role = translated["Resources"]["NodeReconcilerFunctionRole"]["Properties"]
+    statements = {
+        st["Sid"]: st
+        for pol in role["Policies"]
+        for raw in pol["PolicyDocument"]["Statement"]
+        for st in [raw["Fn::If"][1] if "Fn::If" in raw else raw]
+    }
+    assert statements["ReadInstances"]["Action"] == ["ec2:DescribeInstances", "ec2:DescribeAvailabilityZones"]
+    assert statements["BackoffOwnQueue"]["Action"] == ["sqs:ChangeMessageVisibility", "sqs:GetQueueUrl"]
+    assert statements["BackoffOwnQueue"]["Resource"] == {"Fn::GetAtt": ["NodesQueue", "Arn"]}
+    assert statements["FindCluster"]["Action"] == "eks:DescribeCluster"
+    writes = [a for st in statements.values() for a in _actions(st) if a.startswith("ec2:")]
+    assert all(a.split(":", 1)[1].startswith("Describe") for a in writes)  # no EC2 writes at all
+
+
+def test_devstack_runs_the_node_reconciler() -> None:
+    from devstack.template import load_template
+
+    facts = load_template(TEMPLATE, PARAMS).with_resources({"NodesQueue": "http://q/nodes"})
+    fn = facts.functions["NodeReconcilerFunction"]
+    assert fn.handler_path == ROOT / "functions" / "nodes" / "app.py" and fn.handler_path.is_file()
+    (event,) = fn.sqs_events
+    assert (event.queue_logical_id, event.maximum_concurrency, event.report_batch_item_failures) == (
+        "NodesQueue",
+        5,
+        True,
+    )
+    assert fn.environment["NODES_QUEUE_URL"] == "http://q/nodes" and fn.unresolved == ()
+    assert facts.queues["NodesQueue"].attributes["ContentBasedDeduplication"] == "true"

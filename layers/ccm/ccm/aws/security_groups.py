@@ -1,0 +1,351 @@
+"""Security groups of load balancers (NLB and Classic ELB) and the node rules that let them reach the nodes.
+
+API (used by both drivers; the pure part is in `security_groups_model`):
+
+- `IngressRule(protocol, from_port, to_port, cidr=None, source_group=None)` — one rule as AWS identifies it
+  (protocol "tcp" | "udp" | "icmp" | "icmpv6" | "-1"; ports -1 for "-1"; ICMP type/code in the ports). It also
+  carries a `description` that never takes part in comparisons.
+- `desired_lb_rules(config, lb_type) -> frozenset[IngressRule]` — listener ports x source ranges (+ ICMP 3/4 on a
+  CLB; IPv6 ranges only on a dualstack NLB); empty with bring-your-own groups.
+- `plan_rules(current, desired) -> (to_authorize, to_revoke)` — pure.
+- `SecurityGroups(clients, vpc_id, cluster_name)`:
+  - `ensure_lb_group(lb_name, service, config, lb_type, extra_tags) -> list[str]` — the group ids for the LB, the
+    one to reference from the nodes first: the `security-groups` annotation's groups (used as they are, never
+    modified) or our managed group `k8s-elb-<lb_name>`, then the `extra-security-groups`.
+  - `ensure_node_access(lb_group_ids, lb_name, service_uid)` — one rule per LB on the node group(s), from
+    `lb_group_ids[0]` (pass what ensure_lb_group returned; call it once the LB exists).
+  - `revoke_node_access(lb_name, lb_group_id)` — retire the node rules of that LB.
+  - `delete_lb_group(lb_name, service_uid)` — retire its node rules, then delete the managed group; raises
+    RetryError while AWS still reports a dependency. Call it after deleting the LB; also right for BYO LBs.
+  - `revoke_stale_node_rules(live)` — for the sweeper: `live(names)` answers which of the named LBs exist.
+
+Decisions:
+- Node rule scope: all protocols from the LB's group, as cloud-provider-aws does for CLBs. Only the LB carries that
+  group and an LB only opens connections to its targets' traffic and health-check ports, so nothing wider is
+  opened in practice, and a port change never touches the node group: one rule per LB, whatever its ports. An NLB
+  with a security group is matched by target rules that reference that group even with client-IP preservation.
+- The rule's description is `serverless-ccm: from load balancer <lb> (service <uid>)`; rules without it (upstream's,
+  hand-made) are never revoked by name, only a rule from the LB's own managed group is. A node group's own
+  self-reference is never touched.
+- A bring-your-own group shared by several Services yields one node rule (AWS keeps one per source): when its LB
+  goes, the rule is handed to another of our LBs still using the group (found through the group's ELB network
+  interfaces) by relabelling it, instead of being revoked under the other Service's feet (upstream revokes it).
+- Node groups (cached per execution environment, 30 min): the cluster-tagged groups of the VPC that are not LB
+  groups; if exactly one, that one (1 read); otherwise cloud-provider-aws's per-instance choice over the
+  cluster-tagged instances of the VPC (`choose_node_groups`). Untagged node groups cannot be changed under the
+  tag-conditioned IAM policy; tag them.
+- Managed group tags (cluster=owned, service name, service uid, plus `extra_tags`) are set on creation only
+  (IAM allows CreateTags only with CreateSecurityGroup); later tag edits do not reach an existing group.
+- Every Describe is filtered by VPC, name or tag, or names its ids: never a region-wide listing.
+
+Calls: ensure_lb_group converged 1 read; created 1 read + CreateSecurityGroup + 1 Authorize; a source-range
+change 1 read + at most 1 Authorize + 1 Revoke. ensure_node_access converged 1 read (+1 per cold start for
+discovery); adding the rule +1 Authorize per node group. delete_lb_group 2 reads + Revoke + DeleteSecurityGroup.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+from ccm.aws import names
+from ccm.aws import security_groups_model as m
+from ccm.aws.clients import AwsClients
+from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
+from ccm.contracts import InvalidServiceConfig, KubeObject, RetryError
+from ccm.service.lbconfig import LoadBalancerConfig
+
+__all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "stale_node_rules"]
+
+log = logging.getLogger(__name__)
+
+DELETE_RETRY_SECONDS: Final = 15  # ENIs of a deleted LB hold its group for a minute or two
+CONFLICT_RETRY_SECONDS: Final = 5
+NODE_GROUPS_TTL_SECONDS: Final = 1800.0
+_LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
+
+# (region, vpc, cluster) -> (when, node group ids); shared by the threads of one execution environment.
+_node_groups: dict[tuple[str, str, str], tuple[float, tuple[str, ...]]] = {}
+_node_groups_lock = threading.Lock()
+
+
+def _code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def _unique(ids: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(ids))
+
+
+class SecurityGroups:
+    def __init__(self, clients: AwsClients, vpc_id: str, cluster_name: str) -> None:
+        self.clients = clients
+        self.vpc_id = vpc_id
+        self.cluster_name = cluster_name
+        self._cluster_tag = names.cluster_tag_key(cluster_name)
+        self._vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
+
+    # -- the load balancer's groups --------------------------------------------------------------------------------
+    def ensure_lb_group(
+        self, lb_name: str, service: KubeObject, config: LoadBalancerConfig, lb_type: str, extra_tags: dict[str, str]
+    ) -> list[str]:
+        """The SG ids to attach to the LB: bring-your-own groups (annotation security-groups, used as is, never
+        modified) or our managed group `k8s-elb-<lb_name>` (created with its tags via TagSpecifications, rules
+        converged), then extra-security-groups. Idempotent; finds its group by name + VPC + cluster tag."""
+        extra = list(config.extra_security_groups)
+        if config.security_groups:
+            return _unique([*config.security_groups, *extra])
+        group = self._managed_group(lb_name) or self._create_managed_group(lb_name, service, extra_tags)
+        group_id = str(group["GroupId"])
+        current = m.rules_from_permissions(group.get("IpPermissions", []))
+        authorize, revoke = plan_rules(current, desired_lb_rules(config, lb_type))
+        # Authorize before revoking: a changed range is never briefly closed to both the old and the new clients.
+        self._authorize(group_id, authorize, lb_rules=True)
+        self._revoke(group_id, revoke)
+        return _unique([group_id, *extra])
+
+    def delete_lb_group(self, lb_name: str, service_uid: str) -> None:
+        """Retire the node rules of the LB, then delete its managed group (none with bring-your-own groups).
+        A DependencyViolation (the LB's ENIs hold the group a while after the LB is deleted) raises RetryError so
+        the queue comes back; a group already gone is done."""
+        group = self._managed_group(lb_name)
+        group_id = str(group["GroupId"]) if group else None
+        self.revoke_node_access(lb_name, group_id)
+        if group is None or group_id is None:
+            return
+        owner = {t["Key"]: t["Value"] for t in group.get("Tags", [])}.get(names.SERVICE_UID_TAG)
+        if owner not in (None, service_uid):
+            log.warning(
+                "security group %s of %s belongs to service %s, not %s: kept", group_id, lb_name, owner, service_uid
+            )
+            return
+        try:
+            self.clients.ec2.delete_security_group(GroupId=group_id)
+        except ClientError as err:
+            code = _code(err)
+            if code == "InvalidGroup.NotFound":
+                return
+            if code == "DependencyViolation":
+                raise RetryError(
+                    f"security group {group_id} of {lb_name} is still in use (the load balancer's network "
+                    "interfaces are released a while after it is deleted)",
+                    delay_seconds=DELETE_RETRY_SECONDS,
+                ) from err
+            raise
+        log.info("deleted security group %s of %s", group_id, lb_name)
+
+    def _managed_group(self, lb_name: str, *, tagged: bool = True) -> dict[str, Any] | None:
+        filters = [self._vpc_filter, {"Name": "group-name", "Values": [m.managed_group_name(lb_name)]}]
+        if tagged:
+            filters.append({"Name": "tag-key", "Values": [self._cluster_tag]})
+        # A group name is unique within a VPC: one page at most.
+        groups: list[dict[str, Any]] = self.clients.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
+        return groups[0] if groups else None
+
+    def _create_managed_group(self, lb_name: str, service: KubeObject, extra_tags: Mapping[str, str]) -> dict[str, Any]:
+        meta = service.get("metadata", {})
+        namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+        # Ownership tags win over additional tags of the same key (the parser refuses those anyway).
+        tags = {**extra_tags, **names.resource_tags(self.cluster_name, namespace, name, uid)}
+        group_name = m.managed_group_name(lb_name)
+        try:
+            created = self.clients.ec2.create_security_group(
+                GroupName=group_name,
+                Description=f"Security group for Kubernetes ELB {lb_name} ({namespace}/{name})",
+                VpcId=self.vpc_id,
+                TagSpecifications=[{"ResourceType": "security-group", "Tags": names.as_tag_list(tags)}],
+            )
+        except ClientError as err:
+            if _code(err) != "InvalidGroup.Duplicate":
+                raise
+            found = self._managed_group(lb_name, tagged=False)
+            if found and any(t["Key"] == self._cluster_tag for t in found.get("Tags", [])):
+                return found  # created concurrently (e.g. a redelivered message): adopt it
+            raise RuntimeError(
+                f"security group {group_name} exists in {self.vpc_id} without the tag {self._cluster_tag}; "
+                "delete or tag it"
+            ) from err
+        log.info("created security group %s (%s)", created["GroupId"], group_name)
+        return {"GroupId": created["GroupId"], "IpPermissions": []}
+
+    # -- node access -----------------------------------------------------------------------------------------------
+    def ensure_node_access(self, lb_group_ids: list[str], lb_name: str, service_uid: str) -> None:
+        """ONE rule per LB on each node group: all traffic from lb_group_ids[0], described with the LB's name.
+        0 mutating calls when present; a rule of this LB from another source (its groups changed) is retired."""
+        if not lb_group_ids:
+            raise ValueError("ensure_node_access needs the load balancer's security groups")
+        groups = self._read_node_groups()
+        if not groups:
+            log.warning(
+                "no node security group tagged %s in %s: no access for %s", self._cluster_tag, self.vpc_id, lb_name
+            )
+            return
+        node_ids = {str(g["GroupId"]) for g in groups}
+        retire: dict[str, list[IngressRule]] = {}
+        for group in groups:
+            rules = m.rules_from_permissions(group.get("IpPermissions", []))
+            authorize, stale = m.plan_node_access(rules, lb_group_ids[0], lb_name, service_uid, node_ids)
+            self._authorize(str(group["GroupId"]), authorize)
+            if stale:
+                retire[str(group["GroupId"])] = stale
+        self._retire(retire, {lb_name})
+
+    def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
+        """Retire the node rules named after the LB, and any from its managed group `lb_group_id`."""
+        groups = self._read_node_groups()
+        node_ids = {str(g["GroupId"]) for g in groups}
+        retire: dict[str, list[IngressRule]] = {}
+        for group in groups:
+            current = m.rules_from_permissions(group.get("IpPermissions", []))
+            if rules := m.rules_for_lb(current, lb_name, lb_group_id, node_ids):
+                retire[str(group["GroupId"])] = rules
+        # The managed group serves this LB only: no need to look for other users of it.
+        self._retire(retire, {lb_name}, exclusive={lb_group_id} if lb_group_id else set())
+
+    def revoke_stale_node_rules(self, live: Callable[[set[str]], Collection[str]]) -> list[IngressRule]:
+        """For the sweeper: node rules named after an LB that no longer exists are retired (revoked, or handed
+        to another of our LBs sharing the source group). `live(names)` returns those of the names that exist.
+        Returns the stale rules found."""
+        groups = self._read_node_groups()
+        node_ids = {str(g["GroupId"]) for g in groups}
+        rules_of = {
+            str(g["GroupId"]): [
+                r for r in m.rules_from_permissions(g.get("IpPermissions", [])) if r.source_group not in node_ids
+            ]
+            for g in groups
+        }
+        named = {lb for rules in rules_of.values() for r in rules if (lb := m.lb_named_by(r.description))}
+        if not named:
+            return []
+        alive = set(live(named))
+        retire = {gid: stale for gid, rules in rules_of.items() if (stale := stale_node_rules(rules, alive))}
+        self._retire(retire, named - alive)
+        return [r for rules in retire.values() for r in rules]
+
+    def node_group_ids(self) -> tuple[str, ...]:
+        """The cluster's node security groups (see the module docstring), cached per execution environment."""
+        key = (self.clients.session.region_name or "", self.vpc_id, self.cluster_name)
+        now = time.monotonic()
+        with _node_groups_lock:
+            cached = _node_groups.get(key)
+        if cached and now - cached[0] < NODE_GROUPS_TTL_SECONDS:
+            return cached[1]
+        found = self._discover_node_groups()
+        if found:  # an empty answer is not cached: the node group may be created any moment
+            with _node_groups_lock:
+                _node_groups[key] = (now, found)
+        return found
+
+    def forget_node_groups(self) -> None:
+        with _node_groups_lock:
+            _node_groups.pop((self.clients.session.region_name or "", self.vpc_id, self.cluster_name), None)
+
+    def _discover_node_groups(self) -> tuple[str, ...]:
+        ec2 = self.clients.ec2
+        tagged: list[str] = []
+        for page in ec2.get_paginator("describe_security_groups").paginate(
+            Filters=[self._vpc_filter, {"Name": "tag-key", "Values": [self._cluster_tag]}]
+        ):
+            tagged += [str(g["GroupId"]) for g in page["SecurityGroups"] if not m.is_lb_group(g)]
+        if len(tagged) == 1:
+            return (tagged[0],)
+        instance_groups: list[list[str]] = []
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[
+                self._vpc_filter,
+                {"Name": "tag-key", "Values": [self._cluster_tag]},
+                {"Name": "instance-state-name", "Values": _LIVE_INSTANCE_STATES},
+            ]
+        ):
+            for reservation in page["Reservations"]:
+                instance_groups += [
+                    [str(g["GroupId"]) for g in inst.get("SecurityGroups", [])] for inst in reservation["Instances"]
+                ]
+        return m.choose_node_groups(tagged, instance_groups)
+
+    def _read_node_groups(self) -> list[dict[str, Any]]:
+        for attempt in range(2):
+            ids = self.node_group_ids()
+            if not ids:
+                return []
+            try:
+                groups: list[dict[str, Any]] = self.clients.ec2.describe_security_groups(GroupIds=list(ids))[
+                    "SecurityGroups"
+                ]
+                return groups
+            except ClientError as err:
+                if _code(err) != "InvalidGroup.NotFound" or attempt:
+                    raise
+                self.forget_node_groups()  # a node group was replaced: discover again once
+        return []
+
+    def _retire(
+        self, rules_by_group: Mapping[str, list[IngressRule]], retiring: set[str], exclusive: Collection[str] = ()
+    ) -> None:
+        """Revoke these node rules, except those whose source group still fronts another of our LBs: relabel."""
+        sources = sorted(
+            {r.source_group for rules in rules_by_group.values() for r in rules if r.source_group} - set(exclusive)
+        )
+        users: dict[str, set[str]] = {}
+        if sources:
+            for page in self.clients.ec2.get_paginator("describe_network_interfaces").paginate(
+                Filters=[self._vpc_filter, {"Name": "group-id", "Values": sources}]
+            ):
+                for gid, lbs in m.lb_names_of_enis(page["NetworkInterfaces"]).items():
+                    users.setdefault(gid, set()).update(lbs)
+        for group_id, rules in rules_by_group.items():
+            revoke, relabel = m.plan_retire(rules, retiring, users)
+            self._revoke(group_id, revoke)
+            if relabel:
+                log.info("node rules of %s handed over: %s", sorted(retiring), [r.description for r in relabel])
+                self.clients.ec2.update_security_group_rule_descriptions_ingress(
+                    GroupId=group_id, IpPermissions=m.to_permissions(relabel)
+                )
+
+    # -- rule writes -----------------------------------------------------------------------------------------------
+    def _authorize(self, group_id: str, rules: list[IngressRule], *, lb_rules: bool = False) -> None:
+        if not rules:
+            return
+        try:
+            self.clients.ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=m.to_permissions(rules))
+        except ClientError as err:
+            code = _code(err)
+            if code == "InvalidPermission.Duplicate":
+                # Someone added one of them since we read: read again on the retry rather than guess.
+                raise RetryError(f"rules of {group_id} changed concurrently", CONFLICT_RETRY_SECONDS) from err
+            if code == "InvalidGroup.NotFound":
+                # A just-created group not yet visible everywhere (AWS is eventually consistent), or a replaced
+                # node group.
+                self.forget_node_groups()
+                raise RetryError(f"security group not found authorizing on {group_id}", CONFLICT_RETRY_SECONDS) from err
+            if lb_rules and code == "RulesPerSecurityGroupLimitExceeded":
+                # Retrying cannot help: it needs fewer ranges or ports (or a raised quota) - a Warning, as upstream.
+                raise InvalidServiceConfig(
+                    f"{len(rules)} new rules exceed the rules-per-security-group quota of {group_id}: "
+                    "use fewer source ranges or ports, or raise the quota"
+                ) from err
+            raise
+        log.info("authorized %d rules on %s", len(rules), group_id)
+
+    def _revoke(self, group_id: str, rules: list[IngressRule]) -> None:
+        if not rules:
+            return
+        try:
+            # The rules come from our read, descriptions included: AWS ignores them when matching, but other
+            # implementations (moto) only match a group pair with its description.
+            self.clients.ec2.revoke_security_group_ingress(GroupId=group_id, IpPermissions=m.to_permissions(rules))
+        except ClientError as err:
+            code = _code(err)
+            if code == "InvalidGroup.NotFound":
+                return
+            if code != "InvalidPermission.NotFound":
+                raise
+            # One of them was revoked concurrently and the call is all-or-nothing: the others one by one.
+            for rule in rules if len(rules) > 1 else ():
+                self._revoke(group_id, [rule])
+        log.info("revoked %d rules on %s", len(rules), group_id)

@@ -1,0 +1,134 @@
+"""The Kubernetes calls of the node controllers, plain JSON dicts in and out (like ccm.k8s.kube).
+
+Verbs: get/list nodes, patch nodes (labels, providerID, taints), patch nodes/status (addresses), delete nodes,
+create events. Writes are JSON merge patches: `status.addresses` and `spec.taints` are then replaced as whole
+lists (a strategic merge would merge addresses by `type`, which mangles several InternalIPs).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ccm.contracts import KubeObject
+from ccm.k8s.kube import MERGE_PATCH, Kube
+
+# Upstream's event sources: initialisation events come from the cloud node controller, deletions from the
+# cloud node lifecycle controller.
+NODE_CONTROLLER: Final = "cloud-node-controller"
+LIFECYCLE_CONTROLLER: Final = "cloud-node-lifecycle-controller"
+
+
+class Conflict(Exception):
+    """The node changed since it was read (409): re-read and re-plan."""
+
+
+class NodeApi:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.core: client.CoreV1Api = kube.core
+
+    def get_node(self, name: str) -> KubeObject | None:
+        try:
+            node: KubeObject = _body(self.core.read_node(name, _preload_content=False))
+            return node
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list_nodes(self) -> list[KubeObject]:
+        return self.kube.list_nodes()
+
+    def patch_node(self, node: KubeObject, patch: dict[str, Any], *, guarded: bool) -> KubeObject | None:
+        """Merge-patch the node; `guarded` adds its resourceVersion as a precondition (Conflict on 409).
+        None if the node is gone."""
+        body = patch
+        if guarded:
+            meta = dict(patch.get("metadata") or {})
+            meta["resourceVersion"] = node["metadata"]["resourceVersion"]
+            body = {**patch, "metadata": meta}
+        try:
+            response = self.core.patch_node(
+                node["metadata"]["name"], body, _content_type=MERGE_PATCH, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            if err.status == 409:
+                raise Conflict(str(err.reason)) from err
+            raise
+        updated: KubeObject = _body(response)
+        return updated
+
+    def patch_addresses(self, node: KubeObject, addresses: list[dict[str, str]]) -> KubeObject | None:
+        """Replace status.addresses (no precondition, as upstream). None if the node is gone."""
+        try:
+            response = self.core.patch_node_status(
+                node["metadata"]["name"],
+                {"status": {"addresses": addresses}},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        updated: KubeObject = _body(response)
+        return updated
+
+    def delete_node(self, node: KubeObject) -> bool:
+        """Delete exactly this node object (UID precondition: never a re-registered one). False if gone."""
+        meta = node["metadata"]
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta.get("uid")))
+        try:
+            self.core.delete_node(meta["name"], body=options, _preload_content=False)
+        except ApiException as err:
+            if err.status in (404, 409):  # 409: the UID differs, so the node we judged is gone already
+                return False
+            raise
+        return True
+
+    def record_event(
+        self, node: KubeObject, event_type: str, reason: str, message: str, component: str = NODE_CONTROLLER
+    ) -> None:
+        meta = node["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            # Events about cluster-scoped objects live in "default", as upstream's recorder puts them.
+            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": "default"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta.get("uid")},
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": self.kube.reporting_instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.core.create_namespaced_event("default", event, _preload_content=False)  # type: ignore[arg-type]
+
+
+def _body(response: Any) -> Any:
+    """The JSON of a `_preload_content=False` response (the client's models are never built)."""
+    return json.loads(response.data)
+
+
+def describe_error(err: BaseException) -> str:
+    """One line for events and logs: an ApiException's str() carries every response header."""
+    if isinstance(err, ApiException):
+        try:
+            message = json.loads(err.body or "{}").get("message", "")
+        except (TypeError, ValueError):
+            message = ""
+        return f"({err.status}) {err.reason}" + (f": {message}" if message else "")
+    return f"{type(err).__name__}: {err}"

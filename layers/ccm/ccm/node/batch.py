@@ -1,0 +1,76 @@
+"""SQS FIFO batch handling for a Lambda runtime, the same scheme as ccm.service.runtime (which could adopt it).
+
+Powertools' SqsFifoPartialProcessor processes the records (skip_group_on_error: a failure fails only the rest of
+its group); then every failed record's visibility is set to the retry delay its handler chose (`defer`), and the
+records skipped after it in the same group get the same delay, so the group resumes as one. Nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from ccm.aws.clients import AwsClients
+
+log = logging.getLogger(__name__)
+
+
+class FifoBatchRuntime:
+    def __init__(self, clients: AwsClients) -> None:
+        self.clients = clients
+        self._delays: dict[str, int] = {}
+        self._queue_urls: dict[str, str] = {}
+
+    def handle_record(self, record: SQSRecord) -> None:
+        raise NotImplementedError
+
+    def defer(self, message_id: str, seconds: int) -> None:
+        """Retry this (failing) record after `seconds`; 0 = visible again at once (poison -> DLQ quickly)."""
+        self._delays[message_id] = seconds
+
+    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+        # Report every failure item by item even when all fail: raising would skip the retry scheduling.
+        processor.raise_on_entire_batch_failure = False
+        response: dict[str, Any] = dict(
+            process_partial_response(
+                event=event, record_handler=self.handle_record, processor=processor, context=context
+            )
+        )
+        self.defer_failures(event, response)
+        return response
+
+    def defer_failures(self, event: dict[str, Any], response: dict[str, Any]) -> None:
+        failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+        if not failed:
+            return
+        entries_by_queue: dict[str, list[dict[str, Any]]] = {}
+        group_delay: dict[str, int] = {}
+        for raw in event.get("Records", []):
+            if raw["messageId"] not in failed:
+                continue
+            group = raw.get("attributes", {}).get("MessageGroupId", "")
+            delay = self._delays.pop(raw["messageId"], group_delay.get(group, 0))
+            group_delay.setdefault(group, delay)
+            entries_by_queue.setdefault(raw["eventSourceARN"], []).append(
+                {"Id": raw["messageId"], "ReceiptHandle": raw["receiptHandle"], "VisibilityTimeout": delay}
+            )
+        sqs = self.clients.client("sqs")
+        for arn, entries in entries_by_queue.items():
+            for start in range(0, len(entries), 10):
+                try:
+                    sqs.change_message_visibility_batch(
+                        QueueUrl=self._queue_url(arn), Entries=entries[start : start + 10]
+                    )
+                except Exception:  # the queue's own visibility timeout still brings them back
+                    log.warning("could not set retry delay", exc_info=True)
+
+    def _queue_url(self, arn: str) -> str:
+        if arn not in self._queue_urls:
+            _, _, _, _, account, name = arn.split(":", 5)
+            sqs = self.clients.client("sqs")
+            self._queue_urls[arn] = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        return self._queue_urls[arn]

@@ -1,0 +1,348 @@
+"""The nodes Lambda: one record of the nodes FIFO queue at a time, dispatched by what it is.
+
+    Node delta (watcher, group = node name)     -> our step: initialise / lifecycle of that node (0 AWS calls
+                                                   unless tainted or Ready=Unknown), then NODE_DELTA_CONSUMERS
+    EC2 state change (EventBridge rule)         -> lifecycle of the node(s) whose providerID is that instance
+    Scheduled Event (EventBridge, every 5 min)  -> the safety pass over all nodes (one filtered DescribeInstances
+                                                   per 200 nodes), then every PERIODIC_CONSUMERS
+    anything else                               -> logged with the reason, made visible at once -> DLQ
+
+Addresses of initialised nodes are refreshed by the safety pass and by `running` events (upstream refreshes every
+5 minutes), not on every Node delta: that would cost a DescribeInstances per Node change.
+
+Extension points (load-balancer membership and routes plug in here)::
+
+    from ccm.node.runtime import NODE_DELTA_CONSUMERS, PERIODIC_CONSUMERS, NodeContext, PassContext
+
+    def on_node_delta(delta: Delta, ctx: NodeContext) -> None: ...   # e.g. membership.on_node_delta(delta)
+    def on_safety_pass(ctx: PassContext) -> None: ...                # e.g. the route safety pass
+
+    NODE_DELTA_CONSUMERS.append(on_node_delta)   # at import time of your module; import that module from
+    PERIODIC_CONSUMERS.append(on_safety_pass)    # functions/nodes/app.py (the handler) so it is registered
+
+Contract for consumers:
+- They run after our own step, in list order, for every Node delta (ADDED, MODIFIED, SYNC, DELETED and any
+  future type), so they see the node already initialised (providerID set). `ctx.node()` is the live Node, read
+  once per record and shared (it reflects our writes; None when gone or deleted by us); `ctx.clients` counts
+  AWS calls per record; `ctx.attempt` is the receive count.
+- Each one is isolated: an exception does not stop the others; after all ran, the record fails and is retried
+  with the queue's visibility backoff (`RetryError` -> its fixed delay, else 5 s doubling to 300 s), re-running
+  every step. Consumers must therefore be level-triggered and idempotent.
+- EC2 state-change events do not reach delta consumers: a Node we delete comes back as a DELETED delta from the
+  watcher. Periodic consumers get `ctx.nodes` (the listed nodes minus those the pass deleted) and
+  `ctx.instances` (node name -> InstanceMetadata, or None when no instance was found).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.instances import Ec2Instances, instance_id_from_provider_id
+from ccm.config import Settings
+from ccm.contracts import InstanceMetadata, KubeObject, RetryError
+from ccm.k8s.client import new_api_client
+from ccm.k8s.kube import Kube
+from ccm.messages import Delta
+from ccm.node import model as m
+from ccm.node.api import NodeApi, describe_error
+from ccm.node.batch import FifoBatchRuntime
+from ccm.node.events import InstanceStateChange, InvalidNodeMessage, SafetyPass, parse_node_message
+from ccm.node.sync import NodeSync, SyncResult
+from ccm.service.decisions import backoff_seconds
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "node-reconciler")
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
+
+# An instance not visible yet (EC2 is eventually consistent) is retried at 5, 10, 20 s; after that the Warning
+# event stands and the safety pass retries every 5 minutes, instead of parking a legitimate delta in the DLQ.
+MAX_INIT_ATTEMPTS: Final = 4
+
+
+@dataclass(slots=True)
+class NodeContext:
+    """What a Node delta consumer gets besides the delta."""
+
+    settings: Settings
+    kube: Kube
+    api: NodeApi
+    clients: AwsClients
+    instances: Ec2Instances
+    key: str
+    attempt: int = 1
+    _node: KubeObject | None = None
+    _read: bool = False
+
+    def node(self) -> KubeObject | None:
+        """The live Node (one GET per record, shared by every step)."""
+        if not self._read:
+            self.set_node(self.api.get_node(self.key))
+        return self._node
+
+    def set_node(self, node: KubeObject | None) -> None:
+        self._node, self._read = node, True
+
+
+@dataclass(slots=True)
+class PassContext:
+    """What a periodic consumer gets: the state of the cluster as the safety pass saw and left it."""
+
+    settings: Settings
+    kube: Kube
+    api: NodeApi
+    clients: AwsClients
+    instances_driver: Ec2Instances
+    nodes: list[KubeObject] = field(default_factory=list)
+    instances: dict[str, InstanceMetadata | None] = field(default_factory=dict)
+    attempt: int = 1
+
+
+NodeDeltaConsumer = Callable[[Delta, NodeContext], None]
+PeriodicConsumer = Callable[[PassContext], None]
+NODE_DELTA_CONSUMERS: list[NodeDeltaConsumer] = []
+PERIODIC_CONSUMERS: list[PeriodicConsumer] = []
+
+
+class StepsFailed(Exception):
+    """One or more steps of a record failed (each was logged); the record is retried after `retry_after`."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class NodeRuntime(FifoBatchRuntime):
+    """Built once per execution environment and reused by warm invocations."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        kube: Kube,
+        clients: AwsClients,
+        *,
+        delta_consumers: list[NodeDeltaConsumer] | None = None,
+        periodic_consumers: list[PeriodicConsumer] | None = None,
+    ) -> None:
+        super().__init__(clients)
+        self.settings = settings
+        self.kube = kube
+        self.api = NodeApi(kube)
+        self.instances = Ec2Instances(clients, settings.region, settings.vpc_id)
+        self.sync = NodeSync(self.api, self.instances)
+        # None: the module registries, read at call time (so modules imported later still count).
+        self._delta_consumers = delta_consumers
+        self._periodic_consumers = periodic_consumers
+
+    @property
+    def delta_consumers(self) -> list[NodeDeltaConsumer]:
+        return NODE_DELTA_CONSUMERS if self._delta_consumers is None else self._delta_consumers
+
+    @property
+    def periodic_consumers(self) -> list[PeriodicConsumer]:
+        return PERIODIC_CONSUMERS if self._periodic_consumers is None else self._periodic_consumers
+
+    # -- one record -----------------------------------------------------------------------------------------
+    def handle_record(self, record: SQSRecord) -> None:
+        started = time.time()
+        attempt = int(record.attributes.approximate_receive_count or 1)
+        try:
+            message = parse_node_message(record.body)
+        except InvalidNodeMessage as err:
+            logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
+            metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
+            self.defer(record.message_id, 0)
+            raise
+        self.clients.counter.reset_thread()
+        logger.remove_keys(["kind", "event_type", "resource_version"])  # keys of the previous record
+        try:
+            if isinstance(message, Delta):
+                logger.set_correlation_id(f"{message.key}/{message.uid}")
+                logger.append_keys(kind="Node", event_type=message.type, resource_version=message.resource_version)
+                self.on_delta(message, attempt)
+            elif isinstance(message, InstanceStateChange):
+                logger.set_correlation_id(f"{message.instance_id}/{message.event_id}")
+                logger.append_keys(kind="EC2StateChange", event_type=message.state)
+                self.on_instance_event(message)
+            else:
+                logger.set_correlation_id(f"pass/{message.event_id}")
+                logger.append_keys(kind="SafetyPass")
+                self.on_safety_pass(message, attempt)
+        except Exception as err:
+            self.defer(record.message_id, _retry_delay(err, attempt))
+            metrics.add_metric(name="NodeRecordFailed", unit=MetricUnit.Count, value=1)
+            logger.warning("record failed", extra={"error": describe_error(err), "attempt": attempt})
+            raise
+        finally:
+            calls = self.clients.counter.thread_calls()
+            metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(calls.values()))
+            metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(calls))
+            metrics.add_metric(
+                name="NodeRecordDuration",
+                unit=MetricUnit.Milliseconds,
+                value=(time.time() - started) * 1000,
+                resolution=MetricResolution.High,
+            )
+            logger.info("processed", extra={"calls": dict(calls)})
+
+    # -- Node deltas --------------------------------------------------------------------------------------------
+    def on_delta(self, delta: Delta, attempt: int = 1) -> NodeContext:
+        ctx = NodeContext(self.settings, self.kube, self.api, self.clients, self.instances, delta.key, attempt)
+        errors: list[tuple[str, Exception]] = []
+        if delta.type != "DELETED":  # a deleted node needs nothing from us; consumers still hear of it
+            try:
+                self._own_step(delta, ctx)
+            except Exception as err:
+                errors.append(("node-controller", err))
+        for consumer in self.delta_consumers:
+            try:
+                consumer(delta, ctx)
+            except Exception as err:
+                errors.append((getattr(consumer, "__qualname__", repr(consumer)), err))
+        _raise_collected(errors, attempt)
+        return ctx
+
+    def _own_step(self, delta: Delta, ctx: NodeContext) -> None:
+        node = ctx.node()
+        if node is None:
+            return
+        result = self.sync.sync_one(node, trust_kubelet=True)
+        ctx.set_node(result.node)
+        self._record(result)
+        if result.retry and ctx.attempt < MAX_INIT_ATTEMPTS:
+            raise RetryError(f"no instance found for node {result.name} yet", backoff_seconds(ctx.attempt))
+        if result.initialised:
+            metrics.add_metric(
+                name="EndToEndLatency",
+                unit=MetricUnit.Milliseconds,
+                value=max(0.0, (time.time() - delta.observed_at) * 1000),
+                resolution=MetricResolution.High,
+            )
+
+    # -- EC2 state-change events --------------------------------------------------------------------------------
+    def on_instance_event(self, event: InstanceStateChange) -> list[SyncResult]:
+        """The event is only a hint: the nodes of that instance are re-judged on a fresh DescribeInstances (events
+        may arrive late or out of order). A `running` instance also gets its addresses refreshed: a stop/start
+        changes the public IP."""
+        nodes = [
+            n for n in self.api.list_nodes() if instance_id_from_provider_id(m.provider_id(n)) == event.instance_id
+        ]
+        metrics.add_metric(name="InstanceEvents", unit=MetricUnit.Count, value=1)
+        if not nodes:
+            logger.info("no node for this instance", extra={"instance_id": event.instance_id})
+            return []
+        refresh = event.state == "running"
+        lookup = self.sync.lookup(nodes, refresh=refresh)
+        results = [self.sync.sync(node, lookup, refresh=refresh) for node in nodes]
+        for result in results:
+            self._record(result)
+        return results
+
+    # -- the safety pass ----------------------------------------------------------------------------------------
+    def on_safety_pass(self, event: SafetyPass, attempt: int = 1) -> PassContext:
+        """Every node, one batched lookup: deletes dead NotReady nodes whose events were lost, taints stopped
+        ones, initialises tainted ones, refreshes addresses. A failing node is logged and counted, never fails
+        the pass (the next one is 5 minutes away); consumer failures do fail the record."""
+        nodes = self.api.list_nodes()
+        lookup = self.sync.lookup(nodes, refresh=True)
+        kept: list[KubeObject] = []
+        failed = 0
+        for node in nodes:
+            try:
+                result = self.sync.sync(node, lookup, refresh=True)
+            except Exception as err:
+                failed += 1
+                logger.warning("safety pass: node failed", extra={"node": m.name(node), "error": describe_error(err)})
+                kept.append(node)
+                continue
+            self._record(result)
+            if result.node is not None:
+                kept.append(result.node)
+        metrics.add_metric(name="SafetyPassNodes", unit=MetricUnit.Count, value=len(nodes))
+        metrics.add_metric(name="SafetyPassNodeFailures", unit=MetricUnit.Count, value=failed)
+        ctx = PassContext(self.settings, self.kube, self.api, self.clients, self.instances, kept, dict(lookup), attempt)
+        errors: list[tuple[str, Exception]] = []
+        for consumer in self.periodic_consumers:
+            try:
+                consumer(ctx)
+            except Exception as err:
+                errors.append((getattr(consumer, "__qualname__", repr(consumer)), err))
+        _raise_collected(errors, attempt)
+        return ctx
+
+    def _record(self, result: SyncResult) -> None:
+        plan = result.plan
+        if result.deleted:
+            metrics.add_metric(name="NodesDeleted", unit=MetricUnit.Count, value=1)
+        if result.initialised:
+            metrics.add_metric(name="NodesInitialised", unit=MetricUnit.Count, value=1)
+            created = _age_seconds(result.node)
+            if created is not None:
+                metrics.add_metric(name="NodeInitLatency", unit=MetricUnit.Seconds, value=created)
+        if result.addresses_written:
+            metrics.add_metric(name="NodeAddressesUpdated", unit=MetricUnit.Count, value=1)
+        if plan.events and plan.events[0].type == "Warning":
+            metrics.add_metric(name="NodeSyncWarnings", unit=MetricUnit.Count, value=1)
+        if plan.writes or plan.events:
+            logger.info(
+                "node synced",
+                extra={
+                    "node": result.name,
+                    "lifecycle": plan.lifecycle.value,
+                    "initialised": result.initialised,
+                    "deleted": result.deleted,
+                    "addresses_written": result.addresses_written,
+                    "events": [e.reason for e in plan.events],
+                },
+            )
+
+
+def _retry_delay(err: Exception, attempt: int) -> int:
+    if isinstance(err, StepsFailed):
+        return err.retry_after
+    if isinstance(err, RetryError):
+        return err.delay_seconds
+    return backoff_seconds(attempt)
+
+
+def _raise_collected(errors: list[tuple[str, Exception]], attempt: int) -> None:
+    if not errors:
+        return
+    for step, err in errors:
+        logger.warning("step failed", extra={"step": step, "error": describe_error(err)})
+    delay = min(_retry_delay(err, attempt) for _, err in errors)
+    raise StepsFailed("; ".join(f"{step}: {describe_error(err)}" for step, err in errors), delay) from errors[0][1]
+
+
+def _age_seconds(node: KubeObject | None) -> float | None:
+    stamp = m.meta(node or {}).get("creationTimestamp")
+    if not stamp:
+        return None
+    created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return max(0.0, time.time() - created.timestamp())
+
+
+_runtime: NodeRuntime | None = None
+_lock = threading.Lock()
+
+
+def runtime(factory: Callable[[], NodeRuntime] | None = None) -> NodeRuntime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = (factory or _default_runtime)()
+        return _runtime
+
+
+def _default_runtime() -> NodeRuntime:
+    settings = Settings.from_env()
+    return NodeRuntime(settings, Kube(new_api_client()), AwsClients(region=os.environ.get("AWS_REGION")))

@@ -1,0 +1,71 @@
+"""The Kubernetes calls of a route reconcile: LIST nodes (paginated), PATCH nodes/status, POST events.
+
+Plain JSON dicts in and out, like ccm.k8s.kube (whose paginated node listing this reuses).
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ccm.contracts import KubeObject
+from ccm.k8s.kube import Kube
+from ccm.route.plan import NodeRoutes
+
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+EVENT_COMPONENT = "route_controller"  # upstream's event source for route events
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class RouteKubeApi(Protocol):
+    def list_nodes(self) -> list[KubeObject]: ...
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> bool: ...
+    def record_node_event(self, node: NodeRoutes, event_type: str, reason: str, message: str) -> None: ...
+
+
+class RouteKube:
+    def __init__(self, api_client: client.ApiClient, reporting_instance: str = "serverless-ccm") -> None:
+        self.nodes = Kube(api_client, reporting_instance)
+        self.core = client.CoreV1Api(api_client)
+        self.reporting_instance = reporting_instance
+
+    def list_nodes(self) -> list[KubeObject]:
+        return self.nodes.list_nodes()
+
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> bool:
+        """Strategic merge on nodes/status, as upstream's SetNodeCondition: conditions merge by `type`, so the
+        kubelet's conditions are untouched and no resourceVersion is needed. False if the node is gone."""
+        try:
+            self.core.patch_node_status(name, patch, _content_type=STRATEGIC_MERGE_PATCH, _preload_content=False)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def record_node_event(self, node: NodeRoutes, event_type: str, reason: str, message: str) -> None:
+        stamp = now()
+        event: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            # Node events live in "default", like every event about a cluster-scoped object upstream.
+            "metadata": {"name": f"{node.name}.{secrets.token_hex(8)}", "namespace": "default"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid},
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": self.reporting_instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self.core.create_namespaced_event("default", event, _preload_content=False)  # type: ignore[arg-type]

@@ -1,0 +1,215 @@
+"""The route reconciler Lambda: a batch of triggers from the routes queue -> ONE level-triggered reconcile.
+
+Serialisation: the routes queue is FIFO with a single message group (ccm.route.trigger), so at most one batch
+is in flight for the cluster and no two invocations ever write the same route table concurrently, whatever the
+ESM's MaximumConcurrency. Every trigger means "converge everything", so the whole batch is answered by one
+reconcile: ten node changes cost one DescribeRouteTables and one LIST nodes.
+
+Records are parsed with Powertools' BatchProcessor rather than the FIFO processor on purpose: order inside the
+group does not matter to a level-triggered reconcile, and a malformed body must not hold back the valid ones.
+Retries use the queue, never sleep: a malformed body is made visible again at once (it reaches the DLQ after
+maxReceiveCount); when the reconcile fails, ONE record of the batch (the most-retried) is kept with the upstream
+backoff (5 s doubling to 300 s) and the others are deleted, since one trigger is enough to try again; when the
+reconcile ran out of time, one record is kept with no delay, so the next invocation continues at once.
+A retried or scheduled trigger makes the pass thorough (SourceDestCheck re-checked on every routed instance).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.routes import VpcRoutes
+from ccm.k8s.client import new_api_client
+from ccm.route.kube import RouteKube, RouteKubeApi
+from ccm.route.plan import Network, parse_cluster_cidrs
+from ccm.route.reconciler import RouteOutcome, RouteReconciler
+from ccm.route.trigger import InvalidTrigger, Trigger, parse_trigger
+from ccm.service.decisions import backoff_seconds
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "route-reconciler")
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSettings:
+    cluster_name: str
+    vpc_id: str
+    cluster_cidrs: tuple[Network, ...]
+
+    @classmethod
+    def from_env(cls) -> RouteSettings:
+        """Raises ValueError when CLUSTER_CIDRS is empty or invalid: routes cannot run without it."""
+        return cls(
+            cluster_name=os.environ["CLUSTER_NAME"],
+            vpc_id=os.environ.get("VPC_ID", ""),
+            cluster_cidrs=parse_cluster_cidrs(os.environ.get("CLUSTER_CIDRS", "").split(",")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Received:
+    record: dict[str, Any]
+    trigger: Trigger
+    attempt: int
+
+
+class RouteRuntime:
+    """Built once per execution environment and reused by warm invocations."""
+
+    def __init__(self, settings: RouteSettings, kube: RouteKubeApi, clients: AwsClients) -> None:
+        self.settings = settings
+        self.clients = clients
+        self.routes = VpcRoutes(clients, settings.vpc_id)
+        self.reconciler = RouteReconciler(kube, self.routes, settings.cluster_name, settings.cluster_cidrs)
+        self._queue_urls: dict[str, str] = {}
+        self.last_outcome: RouteOutcome | None = None
+
+    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        received: list[_Received] = []
+
+        def parse(record: SQSRecord) -> None:
+            try:
+                trigger = parse_trigger(record.body)
+            except InvalidTrigger as err:
+                logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
+                metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
+                raise
+            attempt = int(record.attributes.approximate_receive_count or 1)
+            received.append(_Received(record.raw_event, trigger, attempt))
+
+        processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+        response: dict[str, Any] = dict(
+            process_partial_response(event=event, record_handler=parse, processor=processor, context=context)
+        )
+        delays = {f["itemIdentifier"]: 0 for f in response.get("batchItemFailures", [])}
+        if received:
+            keep = self._reconcile(received, context)
+            if keep is not None:
+                record, delay = keep
+                delays[record["messageId"]] = delay
+        response["batchItemFailures"] = [{"itemIdentifier": i} for i in delays]
+        self._set_visibility(event, delays)
+        return response
+
+    def full_pass(self, context: Any = None) -> RouteOutcome:
+        """A thorough reconcile outside any queue (operators, tests); the schedule goes through the queue."""
+        return self.reconciler.reconcile(thorough=True, remaining=_remaining(context))
+
+    def _reconcile(self, received: list[_Received], context: Any) -> tuple[dict[str, Any], int] | None:
+        """Run the one reconcile for the batch; returns the record to keep (and its delay), if any."""
+        started = time.time()
+        thorough = any(r.trigger.source == "schedule" or r.attempt > 1 for r in received)
+        most_tried = max(received, key=lambda r: r.attempt)
+        logger.append_keys(triggers=len(received), thorough=thorough)
+        metrics.add_metric(name="RouteTriggers", unit=MetricUnit.Count, value=len(received))
+        self.clients.counter.reset_thread()
+        try:
+            outcome = self.reconciler.reconcile(thorough=thorough, remaining=_remaining(context))
+        except Exception:
+            logger.exception("route reconcile failed")
+            metrics.add_metric(name="RouteReconcileFailed", unit=MetricUnit.Count, value=1)
+            return most_tried.record, backoff_seconds(most_tried.attempt)
+        finally:
+            calls = self.clients.counter.thread_calls()
+            metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(calls.values()))
+            metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(calls))
+            metrics.add_metric(
+                name="ReconcileDuration",
+                unit=MetricUnit.Milliseconds,
+                value=(time.time() - started) * 1000,
+                resolution=MetricResolution.High,
+            )
+        self.last_outcome = outcome
+        for name, value in (
+            ("RoutesCreated", outcome.created),
+            ("RoutesReplaced", outcome.replaced),
+            ("RoutesDeleted", outcome.deleted),
+            ("RouteProblems", len(outcome.problems)),
+            ("RouteCallsFailed", len(outcome.failed)),
+        ):
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        observed = [r.trigger.observed_at for r in received if r.trigger.observed_at is not None]
+        if outcome.changed and observed:
+            metrics.add_metric(
+                name="RouteEndToEndLatency",
+                unit=MetricUnit.Milliseconds,
+                value=max(0.0, (time.time() - min(observed)) * 1000),
+                resolution=MetricResolution.High,
+            )
+        logger.info("route reconcile done", extra={"calls": dict(calls)})
+        if outcome.failed:
+            return most_tried.record, backoff_seconds(most_tried.attempt)
+        if outcome.deferred:
+            return most_tried.record, 0
+        return None
+
+    def _set_visibility(self, event: dict[str, Any], delays: dict[str, int]) -> None:
+        if not delays:
+            return
+        by_queue: dict[str, list[dict[str, Any]]] = {}
+        for raw in event.get("Records", []):
+            if raw["messageId"] in delays:
+                by_queue.setdefault(raw["eventSourceARN"], []).append(
+                    {
+                        "Id": raw["messageId"],
+                        "ReceiptHandle": raw["receiptHandle"],
+                        "VisibilityTimeout": delays[raw["messageId"]],
+                    }
+                )
+        sqs = self.clients.client("sqs")
+        for arn, entries in by_queue.items():
+            for start in range(0, len(entries), 10):
+                try:
+                    sqs.change_message_visibility_batch(
+                        QueueUrl=self._queue_url(arn), Entries=entries[start : start + 10]
+                    )
+                except Exception:  # the queue's own visibility timeout still brings them back
+                    log.warning("could not set retry delay", exc_info=True)
+
+    def _queue_url(self, arn: str) -> str:
+        if arn not in self._queue_urls:
+            _, _, _, _, account, name = arn.split(":", 5)
+            url = self.clients.client("sqs").get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+            self._queue_urls[arn] = url
+        return self._queue_urls[arn]
+
+
+def _remaining(context: Any) -> Callable[[], float] | None:
+    if context is None or not hasattr(context, "get_remaining_time_in_millis"):
+        return None
+    return lambda: float(context.get_remaining_time_in_millis()) / 1000
+
+
+_runtime: RouteRuntime | None = None
+_lock = threading.Lock()
+
+
+def runtime(factory: Callable[[], RouteRuntime] | None = None) -> RouteRuntime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = (factory or _default_runtime)()
+        return _runtime
+
+
+def _default_runtime() -> RouteRuntime:
+    settings = RouteSettings.from_env()
+    return RouteRuntime(settings, RouteKube(new_api_client()), AwsClients(region=os.environ.get("AWS_REGION")))
+
+
+def full_pass() -> RouteOutcome:
+    """Entry point for a one-off thorough pass with the environment's settings."""
+    return runtime().full_pass()

@@ -1,0 +1,379 @@
+"""Security groups against in-process moto: the managed group (created once with its tags, converged in few
+calls), bring-your-own and extra groups, one node rule per LB, deletion (DependencyViolation via a Stubber, since
+moto never reports one), the stale-rule sweep, a shared group handed over, node-group discovery, and no Describe
+call without a filter or ids."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from ccm.aws import names
+from ccm.aws import security_groups_model as m
+from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.security_groups import SecurityGroups
+from ccm.contracts import RetryError
+from ccm.service import annotations as a
+from ccm.service.lbconfig import LoadBalancerConfig
+from tests.factories import service
+
+REGION = "us-east-1"
+CLUSTER = "sg-cluster"
+CLUSTER_TAG = names.cluster_tag_key(CLUSTER)
+P = a.PREFIX
+
+
+@dataclass
+class World:
+    ec2: Any
+    vpc_id: str
+    subnet_id: str
+    node_sg: str
+    clients: AwsClients
+    sgs: SecurityGroups
+    hooks: list[tuple[str, Any]] = field(default_factory=list)
+
+    def group(self, group_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.ec2.describe_security_groups(GroupIds=[group_id])["SecurityGroups"][0]
+        return found
+
+    def node_rules(self) -> list[m.IngressRule]:
+        return m.rules_from_permissions(self.group(self.node_sg)["IpPermissions"])
+
+    def new_group(self, name: str, tags: dict[str, str] | None = None) -> str:
+        spec = [{"ResourceType": "security-group", "Tags": names.as_tag_list(tags)}] if tags else []
+        gid: str = self.ec2.create_security_group(
+            GroupName=name, Description=name, VpcId=self.vpc_id, TagSpecifications=spec
+        )["GroupId"]
+        return gid
+
+    def calls(self) -> Any:
+        return self.clients.counter.thread_calls()
+
+    def hook(self, event: str, handler: Any) -> None:
+        self.ec2.meta.events.register(event, handler)
+        self.hooks.append((event, handler))
+
+    def run_node(self, *group_ids: str) -> None:
+        self.ec2.run_instances(
+            ImageId="ami-12c6146b",  # a moto built-in AMI
+            MinCount=1,
+            MaxCount=1,
+            SubnetId=self.subnet_id,
+            SecurityGroupIds=list(group_ids),
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": CLUSTER_TAG, "Value": "owned"}]}],
+        )
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[AwsClients]:
+    """One moto and one set of clients for the module (building a boto3 EC2 client costs ~0.5 s); every test gets
+    its own VPC, and everything the code reads is scoped to a VPC, so tests cannot see each other."""
+    with pytest.MonkeyPatch.context() as patch, mock_aws():
+        for key, value in {
+            "AWS_ACCESS_KEY_ID": "t",
+            "AWS_SECRET_ACCESS_KEY": "t",
+            "AWS_DEFAULT_REGION": REGION,
+        }.items():
+            patch.setenv(key, value)
+        yield AwsClients(region=REGION)
+
+
+@pytest.fixture
+def world(aws: AwsClients) -> Iterator[World]:
+    ec2 = aws.ec2  # arranging through the counted client is fine: tests reset the counter before measuring
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZone="us-east-1a")["Subnet"]
+    w = World(ec2, vpc, subnet["SubnetId"], "", aws, SecurityGroups(aws, vpc, CLUSTER))
+    # The one cluster-tagged node group; instances only where discovery needs them (per-instance choice).
+    w.node_sg = w.new_group(f"{CLUSTER}-nodes", {CLUSTER_TAG: "owned"})
+    aws.counter.reset_thread()
+    yield w
+    for event, handler in w.hooks:
+        ec2.meta.events.unregister(event, handler)
+
+
+def svc_and_config(lb: str = "nlb", ann: dict[str, str] | None = None, **spec: Any) -> tuple[dict, LoadBalancerConfig]:
+    svc = service(annotations={P + "type": lb, **(ann or {})}, **spec)
+    return svc, a.parse_load_balancer_config(svc)
+
+
+def lb_name(svc: dict) -> str:
+    return names.load_balancer_name(svc["metadata"]["uid"])
+
+
+def ensure(world: World, svc: dict, cfg: LoadBalancerConfig) -> list[str]:
+    ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, dict(cfg.additional_tags))
+    world.sgs.ensure_node_access(ids, lb_name(svc), svc["metadata"]["uid"])
+    return ids
+
+
+def test_ensure_creates_the_tagged_group_once_then_makes_no_mutating_call(world: World) -> None:
+    svc, cfg = svc_and_config(ann={P + "additional-resource-tags": "team=web"})
+    world.clients.counter.reset_thread()
+    ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {"team": "web"})
+    assert world.calls() == {
+        "ec2:DescribeSecurityGroups": 1,
+        "ec2:CreateSecurityGroup": 1,
+        "ec2:AuthorizeSecurityGroupIngress": 1,
+    }
+    group = world.group(ids[0])
+    assert ids == [group["GroupId"]]
+    assert group["GroupName"] == f"k8s-elb-{lb_name(svc)}" and group["VpcId"] == world.vpc_id
+    assert {t["Key"]: t["Value"] for t in group["Tags"]} == {
+        CLUSTER_TAG: "owned",
+        names.SERVICE_NAME_TAG: "default/web",
+        names.SERVICE_UID_TAG: svc["metadata"]["uid"],
+        "team": "web",
+    }
+    assert set(m.rules_from_permissions(group["IpPermissions"])) == m.desired_lb_rules(cfg, "nlb")
+
+    world.clients.counter.reset_thread()
+    assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {"team": "web"}) == ids
+    assert world.calls() == {"ec2:DescribeSecurityGroups": 1}
+    assert CallCounter.mutating(world.calls()) == 0
+
+
+def test_source_range_change_revokes_stale_and_authorizes_new_in_two_calls(world: World) -> None:
+    svc, cfg = svc_and_config(loadBalancerSourceRanges=["10.0.0.0/8", "192.168.0.0/16"])
+    (gid,) = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
+    svc, cfg = svc_and_config(uid=svc["metadata"]["uid"], loadBalancerSourceRanges=["10.0.0.0/8", "172.16.0.0/12"])
+    world.clients.counter.reset_thread()
+    assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == [gid]
+    calls = world.calls()
+    assert CallCounter.mutating(calls) == 2
+    assert calls["ec2:AuthorizeSecurityGroupIngress"] == 1 and calls["ec2:RevokeSecurityGroupIngress"] == 1
+    cidrs = {r.cidr for r in m.rules_from_permissions(world.group(gid)["IpPermissions"])}
+    assert cidrs == {"10.0.0.0/8", "172.16.0.0/12"}
+
+
+def test_a_hand_added_rule_on_the_managed_group_is_revoked(world: World) -> None:
+    svc, cfg = svc_and_config()
+    (gid,) = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
+    ssh = {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "1.2.3.4/32"}]}
+    world.ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=[ssh])
+    world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
+    assert set(m.rules_from_permissions(world.group(gid)["IpPermissions"])) == m.desired_lb_rules(cfg, "nlb")
+
+
+def test_clb_group_has_path_mtu_icmp_and_extra_groups_follow(world: World) -> None:
+    extra = world.new_group("extra")
+    svc, cfg = svc_and_config("clb", {P + "extra-security-groups": extra}, ports=[(80, 30080)])
+    ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "clb", {})
+    assert len(ids) == 2 and ids[1] == extra
+    assert set(m.rules_from_permissions(world.group(ids[0])["IpPermissions"])) == {
+        m.IngressRule("tcp", 80, 80, cidr="0.0.0.0/0"),
+        m.IngressRule("icmp", 3, 4, cidr="0.0.0.0/0"),
+    }
+    assert m.rules_from_permissions(world.group(extra)["IpPermissions"]) == []  # never modified
+
+
+def test_bring_your_own_groups_are_used_as_is(world: World) -> None:
+    byo = world.new_group("byo")
+    svc, cfg = svc_and_config(ann={P + "security-groups": byo})
+    world.clients.counter.reset_thread()
+    assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == [byo]
+    assert sum(world.calls().values()) == 0
+    assert m.rules_from_permissions(world.group(byo)["IpPermissions"]) == []
+    groups = world.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])
+    assert not [g for g in groups["SecurityGroups"] if g["GroupName"].startswith("k8s-elb-")]
+
+
+def test_node_access_is_exactly_one_rule_per_lb(world: World) -> None:
+    svc1, cfg1 = svc_and_config()
+    svc2, cfg2 = svc_and_config("clb", ports=[(80, 30080), (8080, 30081)])
+    world.clients.counter.reset_thread()
+    ids1 = ensure(world, svc1, cfg1)
+    # Cold start: +1 read to discover the node group, 1 to read it, 1 Authorize.
+    assert world.calls()["ec2:DescribeSecurityGroups"] == 3
+    assert world.calls()["ec2:AuthorizeSecurityGroupIngress"] == 2
+    ids2 = ensure(world, svc2, cfg2)
+    rules = world.node_rules()
+    assert sorted((r.protocol, r.source_group, m.lb_named_by(r.description)) for r in rules) == sorted(
+        [("-1", ids1[0], lb_name(svc1)), ("-1", ids2[0], lb_name(svc2))]
+    )
+    assert svc1["metadata"]["uid"] in next(r.description for r in rules if r.source_group == ids1[0])
+
+    world.clients.counter.reset_thread()
+    ensure(world, svc1, cfg1)
+    ensure(world, svc2, cfg2)
+    assert world.calls() == {"ec2:DescribeSecurityGroups": 4}  # 2 per Service converged, discovery cached
+    assert len(world.node_rules()) == 2
+
+
+def test_switching_to_a_bring_your_own_group_moves_the_node_rule(world: World) -> None:
+    svc, cfg = svc_and_config()
+    managed = ensure(world, svc, cfg)[0]
+    byo = world.new_group("byo")
+    svc, cfg = svc_and_config(ann={P + "security-groups": byo}, uid=svc["metadata"]["uid"])
+    assert ensure(world, svc, cfg) == [byo]
+    assert [(r.source_group, m.lb_named_by(r.description)) for r in world.node_rules()] == [(byo, lb_name(svc))]
+    assert managed  # the old managed group stays until delete_lb_group (the LB may still hold it)
+    world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
+    assert world.node_rules() == []
+    assert not world.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": [managed]}])["SecurityGroups"]
+
+
+def test_delete_revokes_the_node_rule_then_deletes_the_group(world: World) -> None:
+    svc, cfg = svc_and_config()
+    other_svc, other_cfg = svc_and_config()
+    gid = ensure(world, svc, cfg)[0]
+    ensure(world, other_svc, other_cfg)
+    world.clients.counter.reset_thread()
+    world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
+    assert world.calls() == {
+        "ec2:DescribeSecurityGroups": 2,
+        "ec2:RevokeSecurityGroupIngress": 1,
+        "ec2:DeleteSecurityGroup": 1,
+    }
+    assert [m.lb_named_by(r.description) for r in world.node_rules()] == [lb_name(other_svc)]
+    assert not world.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": [gid]}])["SecurityGroups"]
+
+    world.clients.counter.reset_thread()
+    world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])  # already gone: done, nothing written
+    assert CallCounter.mutating(world.calls()) == 0
+
+
+def test_dependency_violation_asks_the_queue_to_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
+        monkeypatch.setenv(key, value)
+    clients = AwsClients(region=REGION)
+    sgs = SecurityGroups(clients, "vpc-0stub", CLUSTER)
+    sgs.forget_node_groups()
+    lb, uid = "a" + "1" * 31, str(uuid.uuid4())
+    tags = [{"Key": CLUSTER_TAG, "Value": "owned"}, {"Key": names.SERVICE_UID_TAG, "Value": uid}]
+    node_rule = {
+        "IpProtocol": "-1",
+        "UserIdGroupPairs": [{"GroupId": "sg-lb", "Description": m.node_rule_description(lb)}],
+    }
+    with Stubber(clients.ec2) as stub:
+        stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": "sg-lb", "Tags": tags}]})
+        stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": "sg-node", "GroupName": "n"}]})
+        stub.add_response(
+            "describe_security_groups",
+            {"SecurityGroups": [{"GroupId": "sg-node", "IpPermissions": [node_rule]}]},
+            {"GroupIds": ["sg-node"]},
+        )
+        stub.add_response("revoke_security_group_ingress", {"Return": True})
+        stub.add_client_error(
+            "delete_security_group",
+            service_error_code="DependencyViolation",
+            service_message="resource sg-lb has a dependent object",
+            expected_params={"GroupId": "sg-lb"},
+        )
+        with pytest.raises(RetryError) as info:
+            sgs.delete_lb_group(lb, uid)
+        stub.assert_no_pending_responses()
+    assert info.value.delay_seconds == 15
+    sgs.forget_node_groups()
+
+
+def test_stale_node_rules_are_revoked_for_lbs_that_no_longer_exist(world: World) -> None:
+    live_svc, live_cfg = svc_and_config()
+    gone_svc, gone_cfg = svc_and_config()
+    ensure(world, live_svc, live_cfg)
+    ensure(world, gone_svc, gone_cfg)
+    ssh = {
+        "IpProtocol": "tcp",
+        "FromPort": 22,
+        "ToPort": 22,
+        "IpRanges": [{"CidrIp": "10.0.0.0/8", "Description": "ssh"}],
+    }
+    world.ec2.authorize_security_group_ingress(GroupId=world.node_sg, IpPermissions=[ssh])  # not ours: never touched
+    asked: list[set[str]] = []
+
+    def live(names_: set[str]) -> set[str]:
+        asked.append(names_)
+        return {lb_name(live_svc)}
+
+    stale = world.sgs.revoke_stale_node_rules(live)
+    assert asked == [{lb_name(live_svc), lb_name(gone_svc)}]
+    assert [m.lb_named_by(r.description) for r in stale] == [lb_name(gone_svc)]
+    assert sorted(m.lb_named_by(r.description) or r.description for r in world.node_rules()) == sorted(
+        [lb_name(live_svc), "ssh"]
+    )
+
+
+def test_a_shared_bring_your_own_group_rule_is_handed_over_not_revoked(world: World) -> None:
+    byo = world.new_group("shared")
+    first, first_cfg = svc_and_config(ann={P + "security-groups": byo})
+    second, second_cfg = svc_and_config(ann={P + "security-groups": byo})
+    ensure(world, first, first_cfg)
+    ensure(world, second, second_cfg)
+    assert [m.lb_named_by(r.description) for r in world.node_rules()] == [lb_name(first)]  # AWS: one per source
+    for svc in (first, second):  # the NLBs' network interfaces carry the group (moto makes none for an NLB)
+        world.ec2.create_network_interface(
+            SubnetId=world.subnet_id, Groups=[byo], Description=f"ELB net/{lb_name(svc)}/0123456789abcdef"
+        )
+    sent: list[dict[str, Any]] = []
+    world.hook(
+        "provide-client-params.ec2.UpdateSecurityGroupRuleDescriptionsIngress", lambda params, **_: sent.append(params)
+    )
+    world.clients.counter.reset_thread()
+    world.sgs.delete_lb_group(lb_name(first), first["metadata"]["uid"])
+    assert "ec2:RevokeSecurityGroupIngress" not in world.calls()
+    assert [r.source_group for r in world.node_rules()] == [byo]  # still there for the second Service
+    # Relabelled to name the second LB. (moto matches a group pair with its old description and so never applies
+    # a new one, unlike AWS: check what is sent.)
+    relabelled = m.rules_from_permissions(sent[0]["IpPermissions"])
+    assert sent[0]["GroupId"] == world.node_sg
+    assert [(r.source_group, m.lb_named_by(r.description)) for r in relabelled] == [(byo, lb_name(second))]
+    world.clients.counter.reset_thread()
+    ensure(world, second, second_cfg)
+    assert CallCounter.mutating(world.calls()) == 0
+
+
+def test_several_tagged_groups_are_chosen_per_instance_like_upstream(world: World) -> None:
+    extra_node_sg = world.new_group("more-nodes", {CLUSTER_TAG: "shared"})
+    world.new_group("unused", {CLUSTER_TAG: "owned"})  # tagged but on no instance: not a node group
+    world.run_node(world.node_sg)
+    world.run_node(extra_node_sg)
+    svc, cfg = svc_and_config()
+    world.clients.counter.reset_thread()
+    gid = ensure(world, svc, cfg)[0]
+    assert world.calls()["ec2:DescribeInstances"] == 1
+    assert world.sgs.node_group_ids() == tuple(sorted([world.node_sg, extra_node_sg]))
+    for group_id in (world.node_sg, extra_node_sg):
+        rules = m.rules_from_permissions(world.group(group_id)["IpPermissions"])
+        assert [(r.source_group, m.lb_named_by(r.description)) for r in rules] == [(gid, lb_name(svc))]
+
+    world.sgs.forget_node_groups()
+    world.run_node(world.node_sg, extra_node_sg)  # upstream refuses to guess between two tagged groups
+    with pytest.raises(m.NodeSecurityGroupError):
+        world.sgs.ensure_node_access([gid], lb_name(svc), svc["metadata"]["uid"])
+
+
+def test_no_describe_call_without_a_filter_or_ids(world: World) -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def record(model: Any, params: dict[str, Any], **_: Any) -> None:
+        if model.name.startswith("Describe"):
+            seen.append((model.name, dict(params.get("body") or {})))
+
+    world.hook("before-call.ec2", record)
+    byo = world.new_group("byo-shared")
+    world.new_group("more-tagged", {CLUSTER_TAG: "owned"})  # forces the per-instance discovery too
+    world.run_node(world.node_sg)
+    svc, cfg = svc_and_config()
+    byo_svc, byo_cfg = svc_and_config(ann={P + "security-groups": byo})
+    ensure(world, svc, cfg)
+    ensure(world, byo_svc, byo_cfg)
+    world.sgs.revoke_stale_node_rules(lambda names_: set())
+    ensure(world, svc, cfg)
+    ensure(world, byo_svc, byo_cfg)
+    world.sgs.delete_lb_group(lb_name(byo_svc), byo_svc["metadata"]["uid"])
+    world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
+    ops = {op for op, _ in seen}
+    assert ops == {"DescribeSecurityGroups", "DescribeInstances", "DescribeNetworkInterfaces"}
+    for op, body in seen:
+        scoped = [k for k in body if k.startswith(("Filter.", "GroupId.", "InstanceId."))]
+        assert scoped, f"{op} without a filter or ids: {body}"
+        if any(k.startswith("Filter.") for k in body):
+            filter_names = {v for k, v in body.items() if k.startswith("Filter.") and k.endswith(".Name")}
+            assert filter_names & {"vpc-id", "group-id"}, f"{op} not scoped to the VPC: {body}"
