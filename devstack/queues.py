@@ -208,3 +208,31 @@ def harden_moto_sqs() -> None:
     Queue.add_message = add_message  # type: ignore[method-assign]
     SQSBackend.change_message_visibility = change_message_visibility  # type: ignore[method-assign]
     _hardened = True
+
+
+def create_tables(ddb_client: Any, template_facts: TemplateFacts) -> dict[str, str]:
+    """Create every AWS::DynamoDB::Table of the template (key schema, billing, TTL); returns {logical id: name}.
+
+    Stands in for CloudFormation like create_queues; tables without a TableName get `<stack>-<LogicalId>`.
+    """
+    names: dict[str, str] = {}
+    for logical_id, res in (template_facts._doc.get("Resources") or {}).items():
+        if res.get("Type") != "AWS::DynamoDB::Table":
+            continue
+        props = res.get("Properties") or {}
+        name = str(props.get("TableName") or f"{template_facts.stack_name}-{logical_id}")
+        existing = ddb_client.list_tables().get("TableNames", [])
+        if name not in existing:
+            ddb_client.create_table(
+                TableName=name,
+                KeySchema=props["KeySchema"],
+                AttributeDefinitions=props["AttributeDefinitions"],
+                BillingMode=props.get("BillingMode", "PAY_PER_REQUEST"),
+            )
+            ttl = props.get("TimeToLiveSpecification")
+            if ttl and ttl.get("Enabled"):
+                ddb_client.update_time_to_live(
+                    TableName=name, TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True}
+                )
+        names[logical_id] = name
+    return names

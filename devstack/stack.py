@@ -21,7 +21,7 @@ from kubernetes import config as k8s_config
 
 from devstack.aws import World, client, seed_world, start_moto_server
 from devstack.k8s_emulator import Emulator
-from devstack.queues import create_queues
+from devstack.queues import create_queues, create_tables
 from devstack.runner import EventSourceRunner
 from devstack.template import TemplateFacts, load_template
 
@@ -42,6 +42,7 @@ class StackConfig:
     watcher: bool = True
     runner: bool = True
     resync_seconds: float = 600.0
+    extra_env: dict[str, str] = field(default_factory=dict)  # on top of the template's function environment
     routes: bool = False  # template EnableRoutes: the routes queue and the route reconciler
     cluster_cidrs: tuple[str, ...] = ("10.244.0.0/16",)  # the node objects' pod CIDRs are 10.244.<i>.0/24
     route_table_per_az: bool = False  # one cluster-tagged private route table per AZ instead of one
@@ -55,6 +56,7 @@ class Stack:
         self.runner: EventSourceRunner | None = None
         self.watcher_process: subprocess.Popen[bytes] | None = None
         self.queue_urls: dict[str, str] = {}
+        self.tables: dict[str, str] = {}
         self.facts: TemplateFacts | None = None
         self.kubeconfig = ""
         self.endpoint_url = ""
@@ -87,6 +89,8 @@ class Stack:
             params.update(EnableRoutes="true", ClusterCidrs=",".join(cfg.cluster_cidrs))
         self.facts = load_template(cfg.template, params, region=cfg.region)
         self.queue_urls = create_queues(self.sqs(), self.facts, cfg.cluster_name)
+        self.tables = create_tables(self.aws("dynamodb"), self.facts)
+        self.facts = self.facts.with_resources(self.tables)
         if cfg.runner:
             self.runner = EventSourceRunner(
                 self.facts,
@@ -170,6 +174,7 @@ class Stack:
             "KUBE_AUTH_MODE": "kubeconfig",
             "CLUSTER_NAME": self.config.cluster_name,
             "VPC_ID": self.world.vpc_id,
+            **self.config.extra_env,
         }
 
     def state(self) -> dict[str, Any]:

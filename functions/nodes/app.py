@@ -8,6 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+import ccm.membership.consumer  # registers membership: member set + coalesced HOSTS messages
 import ccm.route.consumer  # noqa: F401  (registers the routes feed: route-relevant Node deltas -> RoutesQueue)
 from ccm.node.runtime import logger, metrics, runtime
 

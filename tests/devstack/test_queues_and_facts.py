@@ -34,9 +34,12 @@ def test_facts_of_the_real_template() -> None:
     assert fn.environment["KUBE_AUTH_MODE"] == "eks"
     assert fn.environment["POWERTOOLS_SERVICE_NAME"] == "service-reconciler"  # function overrides Globals
     assert fn.environment["POWERTOOLS_METRICS_NAMESPACE"] == "ServerlessCCM"
-    assert fn.unresolved == ("SERVICES_QUEUE_URL",)
-    resolved = facts.with_resources({"ServicesQueue": "http://q/services"}).functions["ServiceReconcilerFunction"]
+    assert fn.unresolved == ("MEMBERSHIP_TABLE", "SERVICES_QUEUE_URL")
+    resolved = facts.with_resources({"ServicesQueue": "http://q/services", "MembershipTable": "members"}).functions[
+        "ServiceReconcilerFunction"
+    ]
     assert resolved.environment["SERVICES_QUEUE_URL"] == "http://q/services"
+    assert resolved.environment["MEMBERSHIP_TABLE"] == "members"
     assert resolved.unresolved == ()
     assert (
         facts.with_parameters({"ServiceReconcilerConcurrency": 3})

@@ -405,7 +405,9 @@ def test_node_reconciler_role_reads_ec2_and_touches_only_its_queue(translated: d
 def test_devstack_runs_the_node_reconciler() -> None:
     from devstack.template import load_template
 
-    facts = load_template(TEMPLATE, PARAMS).with_resources({"NodesQueue": "http://q/nodes"})
+    facts = load_template(TEMPLATE, PARAMS).with_resources(
+        {"NodesQueue": "http://q/nodes", "ServicesQueue": "http://q/services", "MembershipTable": "members"}
+    )
     fn = facts.functions["NodeReconcilerFunction"]
     assert fn.handler_path == ROOT / "functions" / "nodes" / "app.py" and fn.handler_path.is_file()
     (event,) = fn.sqs_events

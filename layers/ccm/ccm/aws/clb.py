@@ -1,0 +1,409 @@
+"""The Classic ELB driver: implements ccm.contracts.LoadBalancer with the `elb` API, reading as little as it can.
+
+A CLB describes itself in one call (listeners, policies, health check, subnets, groups, instances), so an ordinary
+pass reads DescribeLoadBalancers, DescribeTags (ownership) and DescribeLoadBalancerAttributes, plus subnet
+discovery, and writes nothing when converged. A creation sends listeners, subnets, groups and tags inline and
+plans the rest against what CreateLoadBalancer is known to leave, without reading it back. Names and tags are those
+of cloud-provider-aws, so its CLBs are adopted in place.
+
+There is nothing a crash can orphan: the LB's name is derived from the Service UID and everything else lives
+inside it; the managed security group is found by name too. So the `thorough` flag changes nothing here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ccm.aws import clb_model as m
+from ccm.aws import names
+from ccm.aws.clients import AwsClients
+from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.subnets import ROLE_ELB, ROLE_INTERNAL_ELB, choose_subnets
+from ccm.contracts import (
+    ImplementedElsewhere,
+    Ingress,
+    InvalidServiceConfig,
+    KubeObject,
+    LoadBalancerStatus,
+    RetryError,
+)
+from ccm.service import predicates as p
+from ccm.service.annotations import SUBNETS_ANNOTATION, parse_load_balancer_config
+from ccm.service.lbconfig import LoadBalancerConfig
+
+log = logging.getLogger(__name__)
+
+
+def _code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def _status(dns_name: str) -> LoadBalancerStatus:
+    return LoadBalancerStatus((Ingress(hostname=dns_name),))
+
+
+class ClassicLoadBalancers:
+    def __init__(
+        self,
+        clients: AwsClients,
+        vpc_id: str,
+        our_class: str,
+        security_groups: SecurityGroups | None = None,
+    ) -> None:
+        self.clients = clients
+        self.vpc_id = vpc_id
+        self.our_class = our_class
+        self.security_groups = security_groups  # None: leave security groups alone (AWS's default group)
+        self._local = threading.local()
+
+    @property
+    def elb(self) -> Any:
+        return self.clients.client("elb")
+
+    @property
+    def check_attributes(self) -> bool:
+        """Per reconcile (per thread): read and converge LB attributes (every pass but node-driven updates)."""
+        return bool(getattr(self._local, "check_attributes", True))
+
+    @check_attributes.setter
+    def check_attributes(self, value: bool) -> None:
+        self._local.check_attributes = value
+
+    @property
+    def thorough(self) -> bool:
+        """Set by the runtime like on the NLB driver; a CLB has nothing to orphan, so it is not used."""
+        return bool(getattr(self._local, "thorough", False))
+
+    @thorough.setter
+    def thorough(self, value: bool) -> None:
+        self._local.thorough = value
+
+    # -- contract ---------------------------------------------------------------------------------------------
+    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:
+        return names.load_balancer_name(p.meta(service)["uid"])
+
+    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
+        lb = self._describe_lb(self.get_load_balancer_name(cluster_name, service))
+        return (None, False) if lb is None else (_status(lb["DNSName"]), True)
+
+    def ensure_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
+    ) -> LoadBalancerStatus:
+        config = self._config(service)  # before any AWS call: invalid input changes nothing
+        uid = p.meta(service)["uid"]
+        name = names.load_balancer_name(uid)
+        lb = self._describe_lb(name)
+        tags: dict[str, str] = {}
+        if lb is not None:
+            found = self._tags(name)
+            if found is None:
+                raise RetryError(f"{name} disappeared while being read", delay_seconds=5)
+            tags = found
+            self._check_adoptable(lb, tags, config, cluster_name)
+        # Everything that can refuse the Service happens above and here, before the first write.
+        desired = m.desired_clb(service, config, nodes, cluster_name, self._subnets(config, cluster_name))
+        groups: list[str] = []
+        if self.security_groups is not None:
+            groups = self.security_groups.ensure_lb_group(name, service, config, "clb", dict(desired.tags))
+            desired = replace(desired, security_groups=tuple(groups))
+        if lb is None:
+            observed = m.observed_after_create(desired, self._create_lb(desired))
+        else:
+            attributes = None  # not read: attributes are left as they are
+            if self.check_attributes:
+                described = self.elb.describe_load_balancer_attributes(LoadBalancerName=name)
+                attributes = described["LoadBalancerAttributes"]
+            observed = observed_from_api(lb, tags, attributes)
+        self._apply(name, m.plan(desired, observed, cluster_name))
+        if self.security_groups is not None and groups:
+            self.security_groups.ensure_node_access(groups, name, uid)
+        return _status(observed.dns_name)
+
+    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
+        """Only the instances: a host update never changes anything else (a Service change does that)."""
+        config = self._config(service)
+        desired = m.desired_clb(service, config, nodes, cluster_name)
+        lb = self._describe_lb(desired.name)
+        if lb is None:
+            raise RetryError("load balancer not created yet", delay_seconds=5)
+        self._apply(desired.name, m.instance_changes(desired, observed_from_api(lb, {}, None)))
+
+    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
+        self.delete_for_uid(p.meta(service)["uid"], cluster_name)
+
+    # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
+    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> None:
+        """Listeners, policies, health check and registrations go with the LB; then the managed group, which
+        AWS keeps busy for a while after the LB is gone (delete_lb_group raises RetryError meanwhile)."""
+        name = names.load_balancer_name(uid)
+        tags = self._tags(name)
+        if tags is not None:
+            if not _owned(tags, uid, cluster_name):
+                log.warning("clb %s: not tagged for this cluster, left in place", name)
+                return
+            self.elb.delete_load_balancer(LoadBalancerName=name)
+        if self.security_groups is not None:
+            self.security_groups.delete_lb_group(name, uid)
+
+    def load_balancer_exists_for_uid(self, uid: str) -> bool:
+        return self._describe_lb(names.load_balancer_name(uid)) is not None
+
+    # -- checks -----------------------------------------------------------------------------------------------
+    def _config(self, service: KubeObject) -> LoadBalancerConfig:
+        if not p.belongs_to_us(service, self.our_class):
+            raise ImplementedElsewhere()
+        config = parse_load_balancer_config(service, default_lb_type="clb")
+        if config.lb_type != "clb":
+            raise InvalidServiceConfig("the Service asks for an NLB; the Classic ELB driver cannot make one")
+        return config
+
+    def _check_adoptable(
+        self, lb: dict[str, Any], tags: dict[str, str], config: LoadBalancerConfig, cluster_name: str
+    ) -> None:
+        name = lb["LoadBalancerName"]
+        if names.cluster_tag_key(cluster_name) not in tags:
+            raise InvalidServiceConfig(
+                f"a Classic ELB named {name} exists but is not tagged {names.cluster_tag_key(cluster_name)}; "
+                "tag it (value owned) to let this controller adopt it, or delete it"
+            )
+        if lb.get("Scheme") != config.scheme:
+            raise InvalidServiceConfig(
+                f"the Classic ELB {name} is {lb.get('Scheme')} and its scheme cannot change after creation; "
+                "revert the internal/scheme annotation, or delete and re-create the Service to get a "
+                f"{config.scheme} one"
+            )
+
+    # -- reads ------------------------------------------------------------------------------------------------
+    def _describe_lb(self, name: str) -> dict[str, Any] | None:
+        try:
+            found = self.elb.describe_load_balancers(LoadBalancerNames=[name])["LoadBalancerDescriptions"]
+        except ClientError as err:
+            if _code(err) == "LoadBalancerNotFound":
+                return None
+            raise
+        return found[0] if found else None
+
+    def _tags(self, name: str) -> dict[str, str] | None:
+        """The LB's tags, or None when it does not exist."""
+        try:
+            described = self.elb.describe_tags(LoadBalancerNames=[name])["TagDescriptions"]
+        except ClientError as err:
+            if _code(err) == "LoadBalancerNotFound":
+                return None
+            raise
+        return {t["Key"]: t.get("Value", "") for d in described for t in d.get("Tags") or []}
+
+    def _subnets(self, config: LoadBalancerConfig, cluster_name: str) -> list[str]:
+        """The annotation's subnets (Name tags resolved in our VPC), else discovery as cloud-provider-aws does it.
+        Rediscovered on every ensure, so new or retagged subnets are attached and removed ones detached."""
+        ec2, vpc_filter = self.clients.ec2, {"Name": "vpc-id", "Values": [self.vpc_id]}
+        if config.subnets:
+            chosen = list(config.subnet_ids)
+            if config.subnet_names:
+                wanted = {"Name": "tag:Name", "Values": list(config.subnet_names)}
+                found = ec2.describe_subnets(Filters=[vpc_filter, wanted])["Subnets"]
+                named = {t["Value"]: s["SubnetId"] for s in found for t in s.get("Tags", []) if t["Key"] == "Name"}
+                missing = [n for n in config.subnet_names if n not in named]
+                if missing:
+                    raise InvalidServiceConfig(
+                        f"{SUBNETS_ANNOTATION}: no subnet named {', '.join(missing)} in {self.vpc_id}"
+                    )
+                chosen += [named[n] for n in config.subnet_names]
+            return chosen
+        subnets = ec2.describe_subnets(Filters=[vpc_filter])["Subnets"]
+        tables = ec2.describe_route_tables(Filters=[vpc_filter])["RouteTables"]
+        chosen = choose_subnets(subnets, tables, cluster_name, internal=config.internal)
+        if not chosen:
+            role = ROLE_INTERNAL_ELB if config.internal else ROLE_ELB
+            raise InvalidServiceConfig(
+                f"no usable subnets in {self.vpc_id} for a {config.scheme} Classic ELB: tag one subnet per AZ with "
+                f"{role}=1 and {names.cluster_tag_key(cluster_name)}=shared"
+            )
+        return chosen
+
+    # -- writes -----------------------------------------------------------------------------------------------
+    def _create_lb(self, desired: m.CLBSpec) -> str:
+        kwargs: dict[str, Any] = {}
+        if desired.security_groups:
+            kwargs["SecurityGroups"] = list(desired.security_groups)
+        try:
+            created = self.elb.create_load_balancer(
+                LoadBalancerName=desired.name,
+                Listeners=[_listener(ls) for ls in desired.listeners],
+                Subnets=list(desired.subnets),
+                Scheme=desired.scheme,
+                Tags=names.as_tag_list(dict(desired.tags)),
+                **kwargs,
+            )
+        except ClientError as err:
+            code = _code(err)
+            if code == "DuplicateLoadBalancerName":
+                raise RetryError(f"{desired.name} appeared concurrently", delay_seconds=5) from err
+            if code == "CertificateNotFound":
+                raise InvalidServiceConfig(f"ssl-cert: the certificate was not found ({err})") from err
+            raise
+        return str(created["DNSName"])
+
+    def _apply(self, name: str, operations: list[m.Operation]) -> None:
+        elb = self.elb
+        for op in operations:
+            log.info("clb %s: %s", name, op)
+            if isinstance(op, m.AddTags):
+                elb.add_tags(LoadBalancerNames=[name], Tags=[{"Key": k, "Value": v} for k, v in op.tags])
+            elif isinstance(op, m.DeleteListeners):
+                elb.delete_load_balancer_listeners(LoadBalancerName=name, LoadBalancerPorts=list(op.ports))
+            elif isinstance(op, m.CreateListeners):
+                elb.create_load_balancer_listeners(
+                    LoadBalancerName=name, Listeners=[_listener(ls) for ls in op.listeners]
+                )
+            elif isinstance(op, m.SetCertificate):
+                elb.set_load_balancer_listener_ssl_certificate(
+                    LoadBalancerName=name, LoadBalancerPort=op.port, SSLCertificateId=op.certificate
+                )
+            elif isinstance(op, m.CreatePolicy):
+                elb.create_load_balancer_policy(
+                    LoadBalancerName=name,
+                    PolicyName=op.name,
+                    PolicyTypeName=op.type_name,
+                    PolicyAttributes=[{"AttributeName": k, "AttributeValue": v} for k, v in op.attributes],
+                )
+            elif isinstance(op, m.SetListenerPolicies):
+                elb.set_load_balancer_policies_of_listener(
+                    LoadBalancerName=name, LoadBalancerPort=op.port, PolicyNames=list(op.policies)
+                )
+            elif isinstance(op, m.SetBackendPolicies):
+                elb.set_load_balancer_policies_for_backend_server(
+                    LoadBalancerName=name, InstancePort=op.instance_port, PolicyNames=list(op.policies)
+                )
+            elif isinstance(op, m.DeletePolicy):
+                elb.delete_load_balancer_policy(LoadBalancerName=name, PolicyName=op.name)
+            elif isinstance(op, m.ConfigureHealthCheck):
+                elb.configure_health_check(
+                    LoadBalancerName=name,
+                    HealthCheck={
+                        "Target": op.health.target,
+                        "Interval": op.health.interval,
+                        "Timeout": op.health.timeout,
+                        "HealthyThreshold": op.health.healthy,
+                        "UnhealthyThreshold": op.health.unhealthy,
+                    },
+                )
+            elif isinstance(op, m.ModifyAttributes):
+                elb.modify_load_balancer_attributes(LoadBalancerName=name, LoadBalancerAttributes=op.to_api())
+            elif isinstance(op, m.AttachSubnets):
+                elb.attach_load_balancer_to_subnets(LoadBalancerName=name, Subnets=list(op.subnets))
+            elif isinstance(op, m.DetachSubnets):
+                elb.detach_load_balancer_from_subnets(LoadBalancerName=name, Subnets=list(op.subnets))
+            elif isinstance(op, m.ApplySecurityGroups):
+                elb.apply_security_groups_to_load_balancer(LoadBalancerName=name, SecurityGroups=list(op.groups))
+            elif isinstance(op, m.RegisterInstances):
+                self._register(name, op.instance_ids)
+            elif isinstance(op, m.DeregisterInstances):
+                elb.deregister_instances_from_load_balancer(
+                    LoadBalancerName=name, Instances=[{"InstanceId": i} for i in op.instance_ids]
+                )
+
+    def _register(self, name: str, instance_ids: Sequence[str]) -> None:
+        """One call; only if AWS refuses the batch (a node whose instance is stopped or gone) is EC2 asked which
+        instances are running, instead of upstream's DescribeInstances on every pass."""
+        try:
+            self.elb.register_instances_with_load_balancer(
+                LoadBalancerName=name, Instances=[{"InstanceId": i} for i in instance_ids]
+            )
+            return
+        except ClientError as err:
+            if _code(err) != "InvalidInstance":
+                raise
+        running = {
+            i["InstanceId"]
+            for r in self.clients.ec2.describe_instances(
+                Filters=[
+                    {"Name": "instance-id", "Values": list(instance_ids)},
+                    {"Name": "instance-state-name", "Values": ["running"]},
+                ]
+            )["Reservations"]
+            for i in r["Instances"]
+        }
+        skipped = sorted(set(instance_ids) - running)
+        log.warning("clb %s: not registering %s (not running)", name, ", ".join(skipped))
+        if running:
+            self.elb.register_instances_with_load_balancer(
+                LoadBalancerName=name, Instances=[{"InstanceId": i} for i in sorted(running)]
+            )
+
+
+def _listener(ls: m.ListenerSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "Protocol": ls.protocol,
+        "LoadBalancerPort": ls.port,
+        "InstanceProtocol": ls.instance_protocol,
+        "InstancePort": ls.instance_port,
+    }
+    if ls.certificate:
+        out["SSLCertificateId"] = ls.certificate
+    return out
+
+
+def _owned(tags: dict[str, str], uid: str, cluster_name: str | None) -> bool:
+    """Ours to delete: the cluster tag (any value, as upstream), or without a cluster name any Kubernetes cluster
+    tag or our UID tag (the name already carries the Service UID; this only spares LBs made by hand)."""
+    if cluster_name is not None:
+        return names.cluster_tag_key(cluster_name) in tags
+    return tags.get(names.SERVICE_UID_TAG) == uid or any(k.startswith(names.CLUSTER_TAG_PREFIX) for k in tags)
+
+
+# -- what AWS reports ------------------------------------------------------------------------------------------------
+def observed_from_api(
+    description: Mapping[str, Any], tags: Mapping[str, str], attributes: Mapping[str, Any] | None
+) -> m.ObservedCLB:
+    """Parse DescribeLoadBalancers (+ DescribeTags, + DescribeLoadBalancerAttributes when read)."""
+    observed = m.ObservedCLB(
+        name=description["LoadBalancerName"],
+        dns_name=description.get("DNSName", ""),
+        scheme=description.get("Scheme", ""),
+        tags=dict(tags),
+        instances=frozenset(i["InstanceId"] for i in description.get("Instances") or []),
+        subnets=frozenset(description.get("Subnets") or []),
+        security_groups=frozenset(description.get("SecurityGroups") or []),
+        policies=frozenset((description.get("Policies") or {}).get("OtherPolicies") or []),
+    )
+    for item in description.get("ListenerDescriptions") or []:
+        ls = item["Listener"]
+        port = int(ls["LoadBalancerPort"])
+        observed.listeners[port] = m.ListenerSpec(
+            port,
+            str(ls["Protocol"]).upper(),
+            int(ls["InstancePort"]),
+            str(ls.get("InstanceProtocol") or ls["Protocol"]).upper(),
+            ls.get("SSLCertificateId") or "",
+        )
+        observed.listener_policies[port] = tuple(item.get("PolicyNames") or ())
+    for backend in description.get("BackendServerDescriptions") or []:
+        observed.backend_policies[int(backend["InstancePort"])] = tuple(backend.get("PolicyNames") or ())
+    hc = description.get("HealthCheck")
+    if hc:
+        numbers = (int(hc[k]) for k in ("Interval", "Timeout", "HealthyThreshold", "UnhealthyThreshold"))
+        observed.health = m.HealthCheckSpec(hc["Target"], *numbers)
+    observed.attributes = None if attributes is None else attributes_from_api(attributes)
+    return observed
+
+
+def attributes_from_api(attrs: Mapping[str, Any]) -> m.Attributes:
+    draining = attrs.get("ConnectionDraining") or {}
+    log = attrs.get("AccessLog") or {}
+    return m.Attributes(
+        cross_zone=bool((attrs.get("CrossZoneLoadBalancing") or {}).get("Enabled", False)),
+        draining=bool(draining.get("Enabled", False)),
+        draining_timeout=int(draining.get("Timeout", 300)),
+        idle_timeout=int((attrs.get("ConnectionSettings") or {}).get("IdleTimeout", 60)),
+        access_log=bool(log.get("Enabled", False)),
+        log_interval=int(log.get("EmitInterval", 60)),
+        log_bucket=log.get("S3BucketName") or "",
+        log_prefix=log.get("S3BucketPrefix") or "",
+    )

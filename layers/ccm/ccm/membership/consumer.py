@@ -1,0 +1,51 @@
+"""Load balancer membership as a node delta consumer of the nodes Lambda (ccm.node.runtime.NODE_DELTA_CONSUMERS).
+
+Importing this module registers it; functions/nodes/app.py imports it. Without MEMBERSHIP_TABLE and
+SERVICES_QUEUE_URL in the environment it does nothing. It judges the node as it is NOW (`ctx.node()`): a node the
+node controller just initialised (providerID set by this very record) becomes a member without waiting for the
+watcher to report the change back.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import replace
+
+from ccm.membership.model import DEFAULT_BUCKET_SECONDS
+from ccm.membership.store import MembershipStore
+from ccm.membership.updater import MembershipUpdater
+from ccm.messages import Delta, trim_node
+from ccm.node.runtime import NODE_DELTA_CONSUMERS, NodeContext
+
+_updaters: dict[tuple[str, str], MembershipUpdater] = {}
+_lock = threading.Lock()
+
+
+def _updater(table: str, queue_url: str, ctx: NodeContext) -> MembershipUpdater:
+    """One per execution environment: its memory of the buckets already told survives warm invocations."""
+    with _lock:
+        key = (table, queue_url)
+        if key not in _updaters:
+            bucket = int(os.environ.get("HOST_UPDATE_BUCKET_SECONDS") or DEFAULT_BUCKET_SECONDS)
+            store = MembershipStore(table, ctx.clients)
+            _updaters[key] = MembershipUpdater(store, ctx.clients.client("sqs"), queue_url, bucket_seconds=bucket)
+        return _updaters[key]
+
+
+def membership_consumer(delta: Delta, ctx: NodeContext) -> None:
+    table, queue_url = os.environ.get("MEMBERSHIP_TABLE", ""), os.environ.get("SERVICES_QUEUE_URL", "")
+    if not table or not queue_url or delta.kind != "Node":
+        return
+    if delta.type != "DELETED":
+        live = ctx.node()
+        if live is None:
+            delta = replace(delta, type="DELETED")
+        else:
+            rv = str((live.get("metadata") or {}).get("resourceVersion") or delta.resource_version)
+            delta = replace(delta, object=trim_node(live), resource_version=rv)
+    _updater(table, queue_url, ctx).on_node_delta(delta)
+
+
+if membership_consumer not in NODE_DELTA_CONSUMERS:  # idempotent if the module is imported twice
+    NODE_DELTA_CONSUMERS.append(membership_consumer)

@@ -1,0 +1,356 @@
+"""The Classic ELB driver against in-process moto: creation, idempotence, in-place updates, adoption, deletion.
+
+Call-count scenario of the anchors (aws-reference.md): 2 TCP ports, 3 nodes, externalTrafficPolicy Cluster.
+Scenarios share a test where they can: every moto world costs about a second to build.
+
+moto 5.2.5 `elb` gaps these tests step around (real AWS behaves; the driver has no moto-specific code):
+- InstanceProtocol is reported equal to Protocol, so an SSL/HTTPS listener with another backend protocol looks
+  changed on every pass: the SSL test uses backend-protocol ssl.
+- DeleteLoadBalancerListeners with several ports corrupts the listener list: one port changes per step here.
+- Backend policies exist only for instance ports given at CreateLoadBalancer (SetLoadBalancerPoliciesForBackendServer
+  on a later port is silently dropped): proxy protocol is tested on the ports the LB was created with.
+- Any instance registers (no InvalidInstance): the refusal is injected with a botocore hook.
+- At most 10 tags per LB (AWS: 50); no default SSL policy on secure listeners; a CLB created without security
+  groups gets a new `default_elb_*` group (AWS: the VPC's default group).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from ccm.aws.clb import ClassicLoadBalancers
+from ccm.aws.clients import CallCounter
+from ccm.aws.security_groups import SecurityGroups
+from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig
+from tests.factories import service
+from tests.integration.conftest import CLUSTER, REGION, World
+
+A = "service.beta.kubernetes.io/aws-load-balancer-"
+CLUSTER_TAG = f"kubernetes.io/cluster/{CLUSTER}"
+
+
+class Env:
+    """The driver under test plus uncounted clients to look at what it did."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.elb = boto3.client("elb", region_name=REGION)
+        self.ec2 = boto3.client("ec2", region_name=REGION)
+        vpc_filter = [{"Name": "vpc-id", "Values": [world.vpc_id]}]
+        self.subnets = sorted(s["SubnetId"] for s in self.ec2.describe_subnets(Filters=vpc_filter)["Subnets"])
+        # The cluster's node group: the only cluster-tagged group of the VPC that is not an LB's.
+        self.ec2.create_security_group(
+            GroupName="nodes",
+            Description="nodes",
+            VpcId=world.vpc_id,
+            TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": CLUSTER_TAG, "Value": "owned"}]}],
+        )
+        groups = SecurityGroups(world.clients, world.vpc_id, CLUSTER)
+        self.clb = ClassicLoadBalancers(world.clients, world.vpc_id, "ccm.aws/serverless", groups)
+
+    def calls(self, action: Callable[[], Any]) -> Counter[str]:
+        self.world.clients.counter.reset_thread()
+        action()
+        return Counter(self.world.clients.counter.thread_calls())
+
+    def ensure(self, svc: dict, nodes: list[dict] | None = None) -> Counter[str]:
+        nodes = self.world.nodes() if nodes is None else nodes
+        return self.calls(lambda: self.clb.ensure_load_balancer(CLUSTER, svc, nodes))
+
+    def describe(self, svc: dict) -> dict[str, Any]:
+        name = name_of(svc)
+        lb: dict[str, Any] = self.elb.describe_load_balancers(LoadBalancerNames=[name])["LoadBalancerDescriptions"][0]
+        tags = self.elb.describe_tags(LoadBalancerNames=[name])["TagDescriptions"][0]["Tags"]
+        lb["Tags"] = {t["Key"]: t["Value"] for t in tags}
+        lb["Attributes"] = self.elb.describe_load_balancer_attributes(LoadBalancerName=name)["LoadBalancerAttributes"]
+        lb["Listeners"] = {d["Listener"]["LoadBalancerPort"]: d for d in lb["ListenerDescriptions"]}
+        return lb
+
+
+@pytest.fixture
+def env(world: World) -> Env:
+    return Env(world)
+
+
+def name_of(svc: dict) -> str:
+    return ("a" + svc["metadata"]["uid"].replace("-", ""))[:32]
+
+
+def mutating(counted: Counter[str]) -> Counter[str]:
+    return Counter({op: n for op, n in counted.items() if CallCounter.mutating({op: n})})
+
+
+def test_create_two_ports_three_nodes_then_noop(env: Env):
+    svc = service(annotations={A + "additional-resource-tags": "team=web"})
+    made = env.ensure(svc)
+    lb = env.describe(svc)
+    assert lb["Scheme"] == "internet-facing"
+    assert sorted(lb["Subnets"]) == env.subnets
+    assert {p: (d["Listener"]["Protocol"], d["Listener"]["InstancePort"]) for p, d in lb["Listeners"].items()} == {
+        80: ("TCP", 30080),
+        443: ("TCP", 30443),
+    }
+    assert lb["HealthCheck"] == {
+        "Target": "TCP:30080",
+        "Interval": 10,
+        "Timeout": 5,
+        "UnhealthyThreshold": 6,
+        "HealthyThreshold": 2,
+    }
+    assert sorted(i["InstanceId"] for i in lb["Instances"]) == sorted(env.world.instances)
+    assert lb["Tags"] == {
+        CLUSTER_TAG: "owned",
+        "kubernetes.io/service-name": "default/web",
+        "serverless-ccm/service-uid": svc["metadata"]["uid"],
+        "team": "web",
+    }
+    group = env.ec2.describe_security_groups(GroupIds=lb["SecurityGroups"])["SecurityGroups"][0]
+    assert group["GroupName"] == f"k8s-elb-{name_of(svc)}"
+    status, exists = env.clb.get_load_balancer(CLUSTER, svc)
+    assert exists and status is not None and status.ingress[0].hostname == lb["DNSName"]
+    # Anchor 18. ELB: describe, create, health check, register; EC2: subnets, route tables; security groups:
+    # group lookup, create, authorize; node-group discovery (once per execution environment), read, node rule.
+    assert sum(n for op, n in made.items() if op.startswith("elb:")) == 4
+    assert (sum(made.values()), sum(mutating(made).values())) == (12, 6)
+
+    again = env.ensure(svc)
+    assert CallCounter.mutating(again) == 0
+    # Anchor 8-10. LB, tags, attributes; subnets, route tables (discovery); managed group; node group.
+    assert sum(again.values()) == 7
+
+
+def test_nodes_added_removed_and_not_running(env: Env):
+    svc = service()
+    nodes = env.world.nodes()
+    # A node whose instance is gone: AWS refuses the whole batch (moto registers anything, so refuse here).
+    gone = env.world.instances[0]
+    env.ec2.terminate_instances(InstanceIds=[gone])
+    refused = []
+
+    def refuse(params: dict, **_: Any) -> None:
+        if gone in {i["InstanceId"] for i in params["Instances"]}:
+            refused.append(params)
+            raise ClientError({"Error": {"Code": "InvalidInstance", "Message": "not running"}}, "Register")
+
+    event = "provide-client-params.elastic-load-balancing.RegisterInstancesWithLoadBalancer"
+    elb = env.world.clients.client("elb")
+    elb.meta.events.register(event, refuse)
+    try:
+        made = env.ensure(svc, nodes[:2])
+    finally:
+        elb.meta.events.unregister(event, refuse)
+    assert len(refused) == 1 and made["ec2:DescribeInstances"] == 1  # asked only because AWS refused
+    assert [i["InstanceId"] for i in env.describe(svc)["Instances"]] == [env.world.instances[1]]
+
+    update = env.calls(lambda: env.clb.update_load_balancer(CLUSTER, svc, nodes[1:]))
+    assert update == {"elb:DescribeLoadBalancers": 1, "elb:RegisterInstancesWithLoadBalancer": 1}  # anchor 5
+    assert sorted(i["InstanceId"] for i in env.describe(svc)["Instances"]) == sorted(env.world.instances[1:])
+    assert mutating(env.ensure(svc, nodes[2:])) == {"elb:DeregisterInstancesFromLoadBalancer": 1}
+
+
+def test_port_changes_in_place(env: Env):
+    svc = service()
+    env.ensure(svc)
+    before = env.describe(svc)
+    svc["spec"]["ports"][1].update(port=8443, name="p8443")
+    assert mutating(env.ensure(svc)) == {
+        "elb:DeleteLoadBalancerListeners": 1,
+        "elb:CreateLoadBalancerListeners": 1,
+        "ec2:AuthorizeSecurityGroupIngress": 1,  # the managed group opens 8443 ...
+        "ec2:RevokeSecurityGroupIngress": 1,  # ... and closes 443
+    }
+    svc["spec"]["ports"][0]["nodePort"] = 30081  # the first port: the health check follows it
+    assert mutating(env.ensure(svc)) == {
+        "elb:DeleteLoadBalancerListeners": 1,
+        "elb:CreateLoadBalancerListeners": 1,
+        "elb:ConfigureHealthCheck": 1,
+    }
+    lb = env.describe(svc)
+    assert {p: d["Listener"]["InstancePort"] for p, d in lb["Listeners"].items()} == {80: 30081, 8443: 30443}
+    assert lb["HealthCheck"]["Target"] == "TCP:30081"
+    assert lb["CreatedTime"] == before["CreatedTime"]  # the same LB, never re-created
+
+
+def test_attribute_changes_in_place(env: Env):
+    svc = service()
+    env.ensure(svc)
+    svc["metadata"]["annotations"] = {
+        A + "connection-draining-enabled": "true",
+        A + "connection-draining-timeout": "30",
+        A + "connection-idle-timeout": "120",
+        A + "cross-zone-load-balancing-enabled": "true",
+        A + "access-log-enabled": "true",
+        A + "access-log-s3-bucket-name": "logs",
+        A + "access-log-s3-bucket-prefix": "web",
+        A + "access-log-emit-interval": "5",
+        A + "healthcheck-interval": "30",
+    }
+    assert mutating(env.ensure(svc)) == {"elb:ModifyLoadBalancerAttributes": 1, "elb:ConfigureHealthCheck": 1}
+    lb = env.describe(svc)
+    attrs = lb["Attributes"]
+    assert attrs["ConnectionDraining"] == {"Enabled": True, "Timeout": 30}
+    assert attrs["ConnectionSettings"] == {"IdleTimeout": 120}
+    assert attrs["CrossZoneLoadBalancing"] == {"Enabled": True}
+    assert attrs["AccessLog"] == {"Enabled": True, "S3BucketName": "logs", "S3BucketPrefix": "web", "EmitInterval": 5}
+    assert lb["HealthCheck"]["Interval"] == 30
+    assert CallCounter.mutating(env.ensure(svc)) == 0
+    svc["metadata"]["annotations"] = {}
+    assert mutating(env.ensure(svc)) == {"elb:ModifyLoadBalancerAttributes": 1, "elb:ConfigureHealthCheck": 1}
+    assert env.describe(svc)["Attributes"]["ConnectionDraining"]["Enabled"] is False
+
+
+def test_ssl_listener_negotiation_and_proxy_protocol_policies(env: Env):
+    iam = boto3.client("iam", region_name=REGION)
+    certs = [
+        iam.upload_server_certificate(ServerCertificateName=n, CertificateBody="cert", PrivateKey="key")[
+            "ServerCertificateMetadata"
+        ]["Arn"]
+        for n in ("web", "web2")
+    ]
+    # backend-protocol ssl: SSL to the instances too (moto reports InstanceProtocol = Protocol).
+    svc = service(
+        annotations={
+            A + "ssl-cert": certs[0],
+            A + "ssl-ports": "443",
+            A + "backend-protocol": "ssl",
+            A + "ssl-negotiation-policy": "ELBSecurityPolicy-TLS-1-2-2017-01",
+            A + "proxy-protocol": "*",
+        }
+    )
+    env.ensure(svc)
+    lb = env.describe(svc)
+    secure = lb["Listeners"][443]
+    assert (secure["Listener"]["Protocol"], secure["Listener"]["SSLCertificateId"]) == ("SSL", certs[0])
+    assert secure["PolicyNames"] == ["k8s-SSLNegotiationPolicy-ELBSecurityPolicy-TLS-1-2-2017-01"]
+    assert lb["Listeners"][80]["Listener"]["Protocol"] == "TCP"
+    assert lb["HealthCheck"]["Target"] == "SSL:30080"  # backend-protocol ssl checks with SSL, as upstream
+    assert {b["InstancePort"]: b["PolicyNames"] for b in lb["BackendServerDescriptions"]} == {
+        30080: ["k8s-proxyprotocol-enabled"],
+        30443: ["k8s-proxyprotocol-enabled"],
+    }
+    assert CallCounter.mutating(env.ensure(svc)) == 0
+
+    svc["metadata"]["annotations"][A + "ssl-cert"] = certs[1]
+    del svc["metadata"]["annotations"][A + "proxy-protocol"]
+    assert mutating(env.ensure(svc)) == {
+        "elb:SetLoadBalancerListenerSSLCertificate": 1,  # in place, no listener re-created
+        "elb:SetLoadBalancerPoliciesForBackendServer": 2,
+        "elb:DeleteLoadBalancerPolicy": 1,
+    }
+    lb = env.describe(svc)
+    assert lb["Listeners"][443]["Listener"]["SSLCertificateId"] == certs[1]
+    assert lb["Policies"]["OtherPolicies"] == ["k8s-SSLNegotiationPolicy-ELBSecurityPolicy-TLS-1-2-2017-01"]
+
+
+def test_adopts_a_clb_made_by_cloud_provider_aws_but_not_an_untagged_one(env: Env):
+    svc, untagged = service(), service(name="other")
+    listeners = [
+        {"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080},
+        {"Protocol": "TCP", "LoadBalancerPort": 443, "InstanceProtocol": "TCP", "InstancePort": 30443},
+    ]
+    upstream_tags = [
+        {"Key": CLUSTER_TAG, "Value": "owned"},
+        {"Key": "kubernetes.io/service-name", "Value": "default/web"},
+    ]
+    env.elb.create_load_balancer(
+        LoadBalancerName=name_of(svc), Listeners=listeners, Subnets=env.subnets, Tags=upstream_tags
+    )
+    env.elb.configure_health_check(
+        LoadBalancerName=name_of(svc),
+        HealthCheck={
+            "Target": "TCP:30080",
+            "Interval": 10,
+            "Timeout": 5,
+            "UnhealthyThreshold": 6,
+            "HealthyThreshold": 2,
+        },
+    )
+    env.elb.register_instances_with_load_balancer(
+        LoadBalancerName=name_of(svc), Instances=[{"InstanceId": i} for i in env.world.instances]
+    )
+    before = env.describe(svc)
+    adopted = env.ensure(svc)
+    assert mutating(adopted)["elb:AddTags"] == 1
+    assert not {"elb:CreateLoadBalancer", "elb:DeleteLoadBalancer", "elb:CreateLoadBalancerListeners"} & set(adopted)
+    assert "elb:RegisterInstancesWithLoadBalancer" not in adopted
+    after = env.describe(svc)
+    assert after["Tags"]["serverless-ccm/service-uid"] == svc["metadata"]["uid"]
+    assert after["CreatedTime"] == before["CreatedTime"]
+    assert after["SecurityGroups"] != before["SecurityGroups"]  # our managed group replaces moto's default one
+    assert CallCounter.mutating(env.ensure(svc)) == 0
+
+    env.elb.create_load_balancer(LoadBalancerName=name_of(untagged), Listeners=listeners, Subnets=env.subnets)
+    with pytest.raises(InvalidServiceConfig, match="not tagged"):
+        env.ensure(untagged)
+    env.clb.ensure_load_balancer_deleted(CLUSTER, untagged)  # not ours: left in place
+    assert env.clb.get_load_balancer(CLUSTER, untagged)[1]
+
+
+def test_refusals_change_nothing(env: Env):
+    invalid = service(annotations={A + "connection-idle-timeout": "forever"})
+    with pytest.raises(InvalidServiceConfig):
+        env.ensure(invalid)
+    assert env.world.clients.counter.thread_calls() == {}  # not a single AWS call
+    with pytest.raises(ImplementedElsewhere):
+        env.ensure(service(annotations={A + "type": "external"}))
+    assert env.world.clients.counter.thread_calls() == {}
+
+    svc = service()
+    env.ensure(svc)
+    svc["metadata"]["annotations"] = {A + "internal": "true"}
+    with pytest.raises(InvalidServiceConfig, match="scheme cannot change"):
+        env.ensure(svc)
+    assert CallCounter.mutating(env.world.clients.counter.thread_calls()) == 0
+    assert env.describe(svc)["Scheme"] == "internet-facing"
+
+
+def test_subnets_annotation_by_name_kept_in_sync(env: Env):
+    env.ec2.create_tags(Resources=[env.subnets[1]], Tags=[{"Key": "Name", "Value": "public-b"}])
+    svc = service(annotations={A + "subnets": f"{env.subnets[0]},public-b"})
+    env.ensure(svc)
+    assert sorted(env.describe(svc)["Subnets"]) == env.subnets
+    svc["metadata"]["annotations"][A + "subnets"] = "public-b"
+    assert mutating(env.ensure(svc)) == {"elb:DetachLoadBalancerFromSubnets": 1}
+    assert env.describe(svc)["Subnets"] == [env.subnets[1]]
+    svc["metadata"]["annotations"][A + "subnets"] = "nowhere"
+    with pytest.raises(InvalidServiceConfig, match="no subnet named nowhere"):
+        env.ensure(svc)
+
+
+def test_delete_leaves_nothing(env: Env):
+    svc = service()
+    env.ensure(svc)
+    deleted = env.calls(lambda: env.clb.ensure_load_balancer_deleted(CLUSTER, svc))
+    # DescribeTags (ownership), DeleteLoadBalancer; the group: 2 reads, node rule revoked, group deleted.
+    assert mutating(deleted) == {
+        "elb:DeleteLoadBalancer": 1,
+        "ec2:RevokeSecurityGroupIngress": 1,
+        "ec2:DeleteSecurityGroup": 1,
+    }
+    assert sum(deleted.values()) == 6
+    assert env.clb.get_load_balancer(CLUSTER, svc) == (None, False)
+    assert not env.clb.load_balancer_exists_for_uid(svc["metadata"]["uid"])
+    vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
+    groups = env.ec2.describe_security_groups(Filters=vpc_filter)["SecurityGroups"]
+    assert sorted(g["GroupName"] for g in groups) == ["default", "nodes"]  # the managed group is gone
+    assert [g["IpPermissions"] for g in groups if g["GroupName"] == "nodes"] == [[]]  # and its node rule
+    env.clb.delete_for_uid(svc["metadata"]["uid"])  # idempotent, also without the Service
+
+
+def test_without_a_security_group_manager_groups_are_left_alone(env: Env):
+    plain = ClassicLoadBalancers(env.world.clients, env.world.vpc_id, "ccm.aws/serverless")
+    svc = service()
+    made = env.calls(lambda: plain.ensure_load_balancer(CLUSTER, svc, env.world.nodes()))
+    assert not [op for op in made if "SecurityGroup" in op]
+    assert sum(made.values()) == 6
+    assert CallCounter.mutating(env.calls(lambda: plain.ensure_load_balancer(CLUSTER, svc, env.world.nodes()))) == 0
+    assert env.calls(lambda: plain.ensure_load_balancer_deleted(CLUSTER, svc)) == {
+        "elb:DescribeTags": 1,
+        "elb:DeleteLoadBalancer": 1,
+    }
