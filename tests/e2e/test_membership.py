@@ -62,4 +62,31 @@ def test_excluded_node_leaves_and_a_joining_node_enters_every_target_group(stack
     assert live["status"]["loadBalancer"]["ingress"][0]["hostname"] == hostname(stack, "members")
     events = stack.core().list_namespaced_event("default").items
     assert any(e.reason == "UpdatedLoadBalancer" and e.involved_object.name == "members" for e in events)
-    time.sleep(0)  # (no sleeping needed: every wait above polls the real state)
+
+
+def test_a_burst_of_joins_is_coalesced_into_few_target_updates(stack: Stack):
+    create_service(stack, "burst", [80, 443])
+    stack.wait_for(lambda: hostname(stack, "burst"), what="hostname")
+    svc = read_service(stack, "burst")
+    before = set(targets(stack, svc) or [])
+    stack.runner.drain(30)
+
+    def host_updates() -> int:
+        events = stack.core().list_namespaced_event("default").items
+        return sum(1 for e in events if e.reason == "UpdatedLoadBalancer" and e.involved_object.name == "burst")
+
+    updates_before = host_updates()
+    joined = []
+    started = time.monotonic()
+    for _ in range(6):
+        inst = launch(stack)
+        create_node(stack, inst["PrivateDnsName"], ready="True", provider=provider_id(inst))
+        joined.append(inst["InstanceId"])
+    burst_s = time.monotonic() - started
+    expected = sorted(before | set(joined))
+    stack.wait_for(lambda: targets(stack, svc) == expected, timeout=90, what="every joined node registered")
+    stack.runner.drain(30)
+    updates = host_updates() - updates_before
+    # Each host update is one RegisterTargets per target group. Without coalescing there would be 6 (one per join);
+    # with buckets of BUCKET_S seconds there is at most one per bucket the burst touched (+1 for a boundary).
+    assert 1 <= updates <= min(len(joined) - 1, int(burst_s // BUCKET_S) + 2), (updates, burst_s)
