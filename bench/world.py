@@ -54,7 +54,7 @@ class BenchWorld:
             QueueName=f"bench-{uuid.uuid4().hex[:8]}.fifo", Attributes={"FifoQueue": "true"}
         )["QueueUrl"]
         self.runtime = ServiceRuntime(
-            Settings(CLUSTER, self.world.vpc_id), Kube(self.api_client), self.clients, self.store
+            Settings(CLUSTER, self.world.vpc_id, default_lb_type="nlb"), Kube(self.api_client), self.clients, self.store
         )
         # Steady state: the table is seeded (once per cluster, by the first reconcile or the nodes Lambda).
         MemberNodes(Kube(self.api_client), self.store).records()

@@ -10,6 +10,7 @@ instances; `World.node_objects()` gives the matching Kubernetes Node objects.
 from __future__ import annotations
 
 import logging
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,11 @@ def start_moto_server(port: int = 0) -> tuple[ThreadedMotoServer, str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
-    return server, f"http://{host}:{bound}"
+    endpoint = f"http://{host}:{bound}"
+    # moto keeps its backends per process, shared by every server it runs: start each world empty, or a second
+    # stack in the same process (the next test module) would see the previous one's instances and tables.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
+    return server, endpoint
 
 
 def faithful_moto_route_state() -> None:

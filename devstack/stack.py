@@ -43,6 +43,9 @@ class StackConfig:
     runner: bool = True
     resync_seconds: float = 600.0
     extra_env: dict[str, str] = field(default_factory=dict)  # on top of the template's function environment
+    # The devstack shows NLBs by default (moto's Classic ELB has gaps, see tests/integration/test_clb_driver.py);
+    # the template's own default is clb, as cloud-provider-aws.
+    default_lb_type: str = "nlb"
     routes: bool = False  # template EnableRoutes: the routes queue and the route reconciler
     cluster_cidrs: tuple[str, ...] = ("10.244.0.0/16",)  # the node objects' pod CIDRs are 10.244.<i>.0/24
     route_table_per_az: bool = False  # one cluster-tagged private route table per AZ instead of one
@@ -82,7 +85,11 @@ class Stack:
                 node["metadata"].pop("uid", None)
                 node["metadata"].pop("resourceVersion", None)
                 self.emulator.create(node)
-        params: dict[str, str | int] = {"ClusterName": cfg.cluster_name, "VpcId": self.world.vpc_id}
+        params: dict[str, str | int] = {
+            "ClusterName": cfg.cluster_name,
+            "VpcId": self.world.vpc_id,
+            "DefaultLoadBalancerType": cfg.default_lb_type,
+        }
         if cfg.concurrency is not None:
             params["ServiceReconcilerConcurrency"] = cfg.concurrency
         if cfg.routes:

@@ -17,7 +17,7 @@ def test_aws_calls_scenario_writes_json_and_beats_the_anchor(tmp_path: Path):
     for op in ("create", "noop", "add_node"):
         assert nlb[op] < anchor[op], op
     assert results["latency_ms"] is None and "latency_ms" in results["_pending"]  # pending, never made up
-    # No region-wide unfiltered Describe: every describe in the detail is by name/ARN/filter (by construction of
-    # the drivers); the creation reads subnets and route tables of one VPC only.
+    # cloud-provider-aws lists every instance of the region on creation; we never need instances for an NLB
+    # (tests/integration/test_security_groups.py checks that every security-group read is filtered).
     create_ops = results["aws_calls"]["nlb"]["detail"]["create"]["by_operation"]
-    assert "ec2:DescribeInstances" not in create_ops and "ec2:DescribeSecurityGroups" not in create_ops
+    assert "ec2:DescribeInstances" not in create_ops

@@ -129,7 +129,9 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
     sqs, url = _services_queue()
     api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
     core = client.CoreV1Api(api_client)
-    runtime = ServiceRuntime(Settings(CLUSTER, world.vpc_id), Kube(api_client), world.clients, table)
+    runtime = ServiceRuntime(
+        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), Kube(api_client), world.clients, table
+    )
     stack = {"core": core, "runtime": runtime, "sqs": sqs, "queue_url": url}
 
     svc = create_service(core)

@@ -54,7 +54,7 @@ def stack(world: World, emulator: Emulator, tmp_path: Path) -> Iterator[dict[str
     queue_url = sqs.create_queue(QueueName="svc.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})[
         "QueueUrl"
     ]
-    runtime = ServiceRuntime(Settings(CLUSTER, world.vpc_id), Kube(api_client), world.clients)
+    runtime = ServiceRuntime(Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), Kube(api_client), world.clients)
     yield {"core": client.CoreV1Api(api_client), "runtime": runtime, "sqs": sqs, "queue_url": queue_url}
 
 

@@ -14,6 +14,8 @@ class Settings:
     vpc_id: str
     load_balancer_class: str = DEFAULT_LOAD_BALANCER_CLASS
     region: str = ""
+    # cloud-provider-aws's default (Classic ELB) keeps a migration drop-in; the template lets new clusters pick nlb.
+    default_lb_type: str = "clb"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -22,4 +24,5 @@ class Settings:
             vpc_id=os.environ.get("VPC_ID", ""),
             load_balancer_class=os.environ.get("LOAD_BALANCER_CLASS") or DEFAULT_LOAD_BALANCER_CLASS,
             region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION", ""),
+            default_lb_type=os.environ.get("DEFAULT_LOAD_BALANCER_TYPE") or "clb",
         )

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from ccm.aws import names
 from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
+from ccm.aws.security_groups import SecurityGroups
 from ccm.aws.subnets import choose_subnets
 from ccm.contracts import (
     ImplementedElsewhere,
@@ -39,8 +40,11 @@ def _code(err: ClientError) -> str:
 
 
 class NetworkLoadBalancers:
-    def __init__(self, clients: AwsClients, vpc_id: str, our_class: str) -> None:
+    def __init__(
+        self, clients: AwsClients, vpc_id: str, our_class: str, security_groups: SecurityGroups | None = None
+    ) -> None:
         self.clients = clients
+        self.security_groups = security_groups
         self.vpc_id = vpc_id
         self.our_class = our_class
         self._local = threading.local()
@@ -82,16 +86,37 @@ class NetworkLoadBalancers:
         desired = m.desired_nlb(service, config, nodes, cluster_name, self.vpc_id)
         lb = self._describe_lb(desired.name)
         created = lb is None
-        if lb is None:
-            lb = self._create_lb(desired, config, cluster_name)
-        elif lb.get("Scheme") != desired.scheme:
+        if lb is not None and lb.get("Scheme") != desired.scheme:
             raise InvalidServiceConfig(
                 f"the NLB scheme is {lb.get('Scheme')} and cannot change to {desired.scheme} after creation; "
                 "delete and re-create the Service (or revert the annotation)"
             )
+        group_ids = self._ensure_groups(service, config, desired, lb)
+        if lb is None:
+            lb = self._create_lb(desired, config, cluster_name, group_ids)
         observed = self._observe(lb, p.meta(service)["uid"], with_targets=True, desired=desired, created=created)
         self._apply(m.plan(desired, observed), observed, desired)
         return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),))
+
+    def _ensure_groups(
+        self, service: KubeObject, config: LoadBalancerConfig, desired: m.NLBSpec, lb: dict[str, Any] | None
+    ) -> list[str]:
+        """Security groups: a new NLB gets a managed group (listener ports from the source ranges) and ONE rule on
+        the node group; an NLB created without groups (AWS cannot add them later) is left as it is."""
+        if (
+            self.security_groups is None
+            or not self.check_attributes
+            or (lb is not None and not lb.get("SecurityGroups"))
+        ):
+            return []
+        uid = p.meta(service)["uid"]
+        group_ids = self.security_groups.ensure_lb_group(
+            desired.name, service, config, "nlb", dict(config.additional_tags)
+        )
+        if lb is not None and sorted(lb.get("SecurityGroups") or []) != sorted(group_ids):
+            self.clients.elbv2.set_security_groups(LoadBalancerArn=lb["LoadBalancerArn"], SecurityGroups=group_ids)
+        self.security_groups.ensure_node_access(group_ids, desired.name, uid)
+        return group_ids
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
         """Only the targets: a host update never changes listeners or groups (a Service change does that)."""
@@ -126,6 +151,9 @@ class NetworkLoadBalancers:
             self.clients.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
         for arn in sorted(groups):
             self._delete_target_group(arn)
+        if self.security_groups is not None:
+            # After the LB: AWS keeps the group busy a while (RetryError until it lets go).
+            self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool:
         return self._describe_lb(names.load_balancer_name(uid)) is not None
@@ -220,7 +248,9 @@ class NetworkLoadBalancers:
         return observed
 
     # -- writes -----------------------------------------------------------------------------------------------
-    def _create_lb(self, desired: m.NLBSpec, config: LoadBalancerConfig, cluster_name: str) -> dict[str, Any]:
+    def _create_lb(
+        self, desired: m.NLBSpec, config: LoadBalancerConfig, cluster_name: str, group_ids: list[str]
+    ) -> dict[str, Any]:
         ec2 = self.clients.ec2
         vpc_filter = [{"Name": "vpc-id", "Values": [self.vpc_id]}]
         if config.subnets:
@@ -237,6 +267,8 @@ class NetworkLoadBalancers:
             )
         validate_against_subnets(config, chosen)
         placement: dict[str, Any] = {"Subnets": chosen}
+        if group_ids:
+            placement["SecurityGroups"] = group_ids
         if config.eip_allocations or config.private_ipv4_addresses:
             mappings = []
             for i, subnet in enumerate(chosen):
@@ -246,7 +278,7 @@ class NetworkLoadBalancers:
                 if config.private_ipv4_addresses:
                     mapping["PrivateIPv4Address"] = config.private_ipv4_addresses[i]
                 mappings.append(mapping)
-            placement = {"SubnetMappings": mappings}
+            placement = {"SubnetMappings": mappings, **({"SecurityGroups": group_ids} if group_ids else {})}
         created = self.clients.elbv2.create_load_balancer(
             Name=desired.name,
             Type="network",

@@ -35,10 +35,11 @@ class MemberNodes:
         """Member nodes selected by the Service's target-node-labels, in the shape the drivers read."""
         return [r.as_node() for r in model.members_for(model.service_selector(svc), self.records())]
 
-    def register(self, svc: KubeObject) -> None:
+    def register(self, svc: KubeObject, first_time: bool = False) -> None:
         if self.store is not None:
             meta = svc["metadata"]
-            self.store.register_service(f"{meta['namespace']}/{meta['name']}", meta["uid"], model.service_selector(svc))
+            key, selector = f"{meta['namespace']}/{meta['name']}", model.service_selector(svc)
+            self.store.register_service(key, meta["uid"], selector, known_new=first_time)
 
     def unregister(self, svc: KubeObject) -> None:
         if self.store is not None:

@@ -91,9 +91,12 @@ class MembershipStore:
         self._ddb.put_item(TableName=self.table, Item=marker)
 
     # -- services ---------------------------------------------------------------------------------------------
-    def register_service(self, key: str, uid: str, selector: Mapping[str, str]) -> bool:
-        """Record a LoadBalancer Service for host updates; reads first so a repeat writes nothing."""
-        current = self._ddb.get_item(TableName=self.table, Key={"pk": _s("service"), "sk": _s(key)}).get("Item")
+    def register_service(self, key: str, uid: str, selector: Mapping[str, str], known_new: bool = False) -> bool:
+        """Record a LoadBalancer Service for host updates; reads first so a repeat writes nothing (`known_new`:
+        the caller knows there is nothing to read, e.g. the Service's first reconcile)."""
+        current = None
+        if not known_new:
+            current = self._ddb.get_item(TableName=self.table, Key={"pk": _s("service"), "sk": _s(key)}).get("Item")
         if (
             current
             and current["uid"]["S"] == uid

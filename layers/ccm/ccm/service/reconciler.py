@@ -29,7 +29,7 @@ class Members(Protocol):
     """Member nodes of a Service (ccm.membership.nodes.MemberNodes) and the registry of LB Services."""
 
     def for_service(self, svc: KubeObject) -> list[KubeObject]: ...
-    def register(self, svc: KubeObject) -> None: ...
+    def register(self, svc: KubeObject, first_time: bool = False) -> None: ...
     def unregister(self, svc: KubeObject) -> None: ...
 
 
@@ -117,6 +117,7 @@ class ServiceReconciler:
     def _ensure(self, svc: KubeObject, outcome: Outcome, quiet: bool, register: bool) -> None:
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
+        current_ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
         if not p.has_finalizer(svc):
             # Before any cloud call: a delete racing the creation must find the finalizer and clean up.
             svc = self.kube.set_finalizers(svc, [*(p.meta(svc).get("finalizers") or []), p.FINALIZER])
@@ -135,8 +136,9 @@ class ServiceReconciler:
             self._event(svc, outcome, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
         self._write_status(svc, status.to_api().get("ingress", []), outcome)
         if register or outcome.status_written:
-            # Only when the Service changed: a no-op resync writes nothing anywhere.
-            self.members.register(svc)
+            # Only when the Service changed: a no-op resync writes nothing anywhere. Its first status write means
+            # its first successful reconcile: nothing registered yet, no read needed.
+            self.members.register(svc, first_time=outcome.status_written and not current_ingress)
 
     # -- node-driven host update (UpdateLoadBalancer) ------------------------------------------------------------
     def _update_hosts(self, svc: KubeObject, outcome: Outcome) -> None:

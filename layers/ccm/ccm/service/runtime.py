@@ -21,8 +21,11 @@ from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from ccm.aws.balancers import LoadBalancers
+from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.nlb import NetworkLoadBalancers
+from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
@@ -50,7 +53,12 @@ class ServiceRuntime:
     ) -> None:
         self.settings = settings
         self.clients = clients
-        self.balancer = NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class)
+        groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name)
+        self.balancer = LoadBalancers(
+            NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
+            ClassicLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
+            "nlb" if settings.default_lb_type == "nlb" else "clb",
+        )
         self.reconciler = ServiceReconciler(
             kube,
             self.balancer,

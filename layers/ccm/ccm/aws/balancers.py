@@ -1,0 +1,113 @@
+"""Both load balancer types behind the one LoadBalancer contract: which driver serves a Service is its
+`aws-load-balancer-type` annotation (`nlb`, `clb`), else the configured default (template DefaultLoadBalancerType).
+
+A Service that switches type keeps its name (`a` + UID) under the other API: after the new LB is ensured, the one
+of the other type is deleted. We look for it only when a switch is possible: the published hostname is not the
+new LB's (the Service was served by another LB) or on thorough passes (resyncs, retries after a crash).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from ccm.contracts import InvalidServiceConfig, KubeObject, LoadBalancerStatus
+from ccm.service import predicates as p
+from ccm.service.annotations import parse_load_balancer_config
+from ccm.service.lbconfig import LbType
+
+
+class Driver(Protocol):
+    thorough: bool
+    check_attributes: bool
+
+    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]: ...
+    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str: ...
+    def ensure_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
+    ) -> LoadBalancerStatus: ...
+    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None: ...
+    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None: ...
+    def delete_for_uid(self, uid: str) -> None: ...
+    def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
+
+
+class LoadBalancers:
+    def __init__(self, nlb: Driver, clb: Driver, default_type: LbType) -> None:
+        self.drivers: dict[str, Driver] = {"nlb": nlb, "clb": clb}
+        self.default_type: LbType = default_type
+        self._local = threading.local()
+
+    # Per-reconcile flags, handed to both drivers.
+    @property
+    def thorough(self) -> bool:
+        return bool(getattr(self._local, "thorough", False))
+
+    @thorough.setter
+    def thorough(self, value: bool) -> None:
+        self._local.thorough = value
+        for driver in self.drivers.values():
+            driver.thorough = value
+
+    @property
+    def check_attributes(self) -> bool:
+        return bool(getattr(self._local, "check_attributes", True))
+
+    @check_attributes.setter
+    def check_attributes(self, value: bool) -> None:
+        self._local.check_attributes = value
+        for driver in self.drivers.values():
+            driver.check_attributes = value
+
+    def lb_type(self, service: KubeObject) -> str:
+        return parse_load_balancer_config(service, default_lb_type=self.default_type).lb_type
+
+    def _driver(self, service: KubeObject) -> Driver:
+        return self.drivers[self.lb_type(service)]
+
+    # -- contract ---------------------------------------------------------------------------------------------
+    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:
+        return self.drivers["nlb"].get_load_balancer_name(cluster_name, service)
+
+    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
+        try:
+            return self._driver(service).get_load_balancer(cluster_name, service)
+        except InvalidServiceConfig:
+            # On the delete path the annotations may be invalid: look under both APIs.
+            for driver in self.drivers.values():
+                status, exists = driver.get_load_balancer(cluster_name, service)
+                if exists:
+                    return status, True
+            return None, False
+
+    def ensure_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
+    ) -> LoadBalancerStatus:
+        chosen = self.lb_type(service)
+        status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes)
+        if self.thorough or _hostname_changed(service, status):
+            uid = p.meta(service)["uid"]
+            for other, driver in self.drivers.items():
+                if other != chosen and driver.load_balancer_exists_for_uid(uid):
+                    driver.delete_for_uid(uid)  # the Service switched type: the old LB goes once the new one is up
+        return status
+
+    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
+        self._driver(service).update_load_balancer(cluster_name, service, nodes)
+
+    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
+        self.delete_for_uid(p.meta(service)["uid"])
+
+    def delete_for_uid(self, uid: str) -> None:
+        for driver in self.drivers.values():
+            driver.delete_for_uid(uid)
+
+    def load_balancer_exists_for_uid(self, uid: str) -> bool:
+        return any(driver.load_balancer_exists_for_uid(uid) for driver in self.drivers.values())
+
+
+def _hostname_changed(service: KubeObject, status: LoadBalancerStatus) -> bool:
+    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    published = {i.get("hostname") for i in ingress if i.get("hostname")}
+    return bool(published) and published != {i.hostname for i in status.ingress if i.hostname}
