@@ -13,7 +13,6 @@ inside it; the managed security group is found by name too. So the `thorough` fl
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -23,6 +22,7 @@ from botocore.exceptions import ClientError
 from ccm.aws import clb_model as m
 from ccm.aws import names
 from ccm.aws.clients import AwsClients
+from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import SecurityGroups
 from ccm.aws.subnets import ROLE_ELB, ROLE_INTERNAL_ELB, choose_subnets
 from ccm.contracts import (
@@ -48,7 +48,7 @@ def _status(dns_name: str) -> LoadBalancerStatus:
     return LoadBalancerStatus((Ingress(hostname=dns_name),))
 
 
-class ClassicLoadBalancers:
+class ClassicLoadBalancers(PassFlags):
     def __init__(
         self,
         clients: AwsClients,
@@ -56,33 +56,15 @@ class ClassicLoadBalancers:
         our_class: str,
         security_groups: SecurityGroups | None = None,
     ) -> None:
+        super().__init__()
         self.clients = clients
         self.vpc_id = vpc_id
         self.our_class = our_class
         self.security_groups = security_groups  # None: leave security groups alone (AWS's default group)
-        self._local = threading.local()
 
     @property
     def elb(self) -> Any:
         return self.clients.client("elb")
-
-    @property
-    def check_attributes(self) -> bool:
-        """Per reconcile (per thread): read and converge LB attributes (every pass but node-driven updates)."""
-        return bool(getattr(self._local, "check_attributes", True))
-
-    @check_attributes.setter
-    def check_attributes(self, value: bool) -> None:
-        self._local.check_attributes = value
-
-    @property
-    def thorough(self) -> bool:
-        """Set by the runtime like on the NLB driver; a CLB has nothing to orphan, so it is not used."""
-        return bool(getattr(self._local, "thorough", False))
-
-    @thorough.setter
-    def thorough(self, value: bool) -> None:
-        self._local.thorough = value
 
     # -- contract ---------------------------------------------------------------------------------------------
     def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:

@@ -9,7 +9,6 @@ groups orphaned by a crash between two calls are found and deleted: nothing leak
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from botocore.exceptions import ClientError
 from ccm.aws import names
 from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
+from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import SecurityGroups
 from ccm.aws.subnets import choose_subnets
 from ccm.contracts import (
@@ -39,33 +39,15 @@ def _code(err: ClientError) -> str:
     return str(err.response.get("Error", {}).get("Code", ""))
 
 
-class NetworkLoadBalancers:
+class NetworkLoadBalancers(PassFlags):
     def __init__(
         self, clients: AwsClients, vpc_id: str, our_class: str, security_groups: SecurityGroups | None = None
     ) -> None:
+        super().__init__()
         self.clients = clients
         self.security_groups = security_groups
         self.vpc_id = vpc_id
         self.our_class = our_class
-        self._local = threading.local()
-
-    @property
-    def check_attributes(self) -> bool:
-        """Per reconcile: read and converge LB/target-group attributes (every pass but node-driven updates)."""
-        return bool(getattr(self._local, "check_attributes", True))
-
-    @check_attributes.setter
-    def check_attributes(self, value: bool) -> None:
-        self._local.check_attributes = value
-
-    @property
-    def thorough(self) -> bool:
-        """Per reconcile (per thread): also look for orphans through the tagging API."""
-        return bool(getattr(self._local, "thorough", False))
-
-    @thorough.setter
-    def thorough(self, value: bool) -> None:
-        self._local.thorough = value
 
     # -- contract ---------------------------------------------------------------------------------------------
     def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:

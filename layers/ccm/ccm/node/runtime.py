@@ -49,6 +49,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.instances import Ec2Instances, instance_id_from_provider_id
+from ccm.batch import FifoBatchRuntime
 from ccm.config import Settings
 from ccm.contracts import InstanceMetadata, KubeObject, RetryError
 from ccm.k8s.client import new_api_client
@@ -56,7 +57,6 @@ from ccm.k8s.kube import Kube
 from ccm.messages import Delta
 from ccm.node import model as m
 from ccm.node.api import NodeApi, describe_error
-from ccm.node.batch import FifoBatchRuntime
 from ccm.node.events import InstanceStateChange, InvalidNodeMessage, SafetyPass, parse_node_message
 from ccm.node.sync import NodeSync, SyncResult
 from ccm.service.decisions import backoff_seconds

@@ -14,11 +14,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
-from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.balancers import LoadBalancers
@@ -26,6 +24,7 @@ from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
+from ccm.batch import FifoBatchRuntime
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
@@ -45,14 +44,14 @@ class Deferred(Exception):
     """The record is to be processed later (its visibility is set to the delay); not an error."""
 
 
-class ServiceRuntime:
+class ServiceRuntime(FifoBatchRuntime):
     """Built once per execution environment and reused by warm invocations."""
 
     def __init__(
         self, settings: Settings, kube: Kube, clients: AwsClients, store: MembershipStore | None = None
     ) -> None:
+        super().__init__(clients)
         self.settings = settings
-        self.clients = clients
         groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name)
         self.balancer = LoadBalancers(
             NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
@@ -67,8 +66,6 @@ class ServiceRuntime:
             settings.cluster_name,
             settings.load_balancer_class,
         )
-        self._delays: dict[str, int] = {}
-        self._queue_urls: dict[str, str] = {}
 
     def handle_record(self, record: SQSRecord) -> None:
         started = time.time()
@@ -78,14 +75,15 @@ class ServiceRuntime:
         except InvalidDelta as err:
             logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
             metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
-            self._delays[record.message_id] = 0
+            self.defer(record.message_id, 0)
             raise
         not_before = float(delta.object.get("notBefore", 0)) if delta.type == "HOSTS" else 0.0
         if not_before > started:
             # A host update waits for the end of its coalescing bucket (ccm.membership.updater); meanwhile every
             # change of the bucket is deduplicated into this very message. Not a failure: nothing is counted.
-            self._delays[record.message_id] = max(1, math.ceil(not_before - started))
-            raise Deferred(f"host update deferred {self._delays[record.message_id]} s")
+            delay = max(1, math.ceil(not_before - started))
+            self.defer(record.message_id, delay)
+            raise Deferred(f"host update deferred {delay} s")
         if delta.type == "HOSTS":
             attempt -= 1  # the deferral took one receive
         logger.set_correlation_id(f"{delta.key}/{delta.uid}")
@@ -99,7 +97,7 @@ class ServiceRuntime:
         try:
             outcome = self.reconciler.reconcile(delta)
         except SyncFailed as err:
-            self._delays[record.message_id] = err.retry_after or backoff_seconds(attempt)
+            self.defer(record.message_id, err.retry_after or backoff_seconds(attempt))
             metrics.add_metric(name="ReconcileFailed", unit=MetricUnit.Count, value=1)
             raise
         finally:
@@ -127,52 +125,6 @@ class ServiceRuntime:
             "reconciled",
             extra={"action": outcome.action.value, "status_written": outcome.status_written, "calls": dict(calls)},
         )
-
-    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        # One processor per batch: it holds the batch's state.
-        processor = SqsFifoPartialProcessor(skip_group_on_error=True)
-        # Report every failure item by item even when all fail: raising would skip our retry scheduling.
-        processor.raise_on_entire_batch_failure = False
-        response: dict[str, Any] = dict(
-            process_partial_response(
-                event=event, record_handler=self.handle_record, processor=processor, context=context
-            )
-        )
-        self.defer_failures(event, response)
-        return response
-
-    def defer_failures(self, event: dict[str, Any], response: dict[str, Any]) -> None:
-        """Set the retry delay of every failed record (and of the records skipped after it in its group)."""
-        failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
-        if not failed:
-            return
-        entries_by_queue: dict[str, list[dict[str, Any]]] = {}
-        group_delay: dict[str, int] = {}
-        for raw in event.get("Records", []):
-            if raw["messageId"] not in failed:
-                continue
-            group = raw.get("attributes", {}).get("MessageGroupId", "")
-            delay = self._delays.pop(raw["messageId"], group_delay.get(group, 0))
-            group_delay.setdefault(group, delay)
-            entries_by_queue.setdefault(raw["eventSourceARN"], []).append(
-                {"Id": raw["messageId"], "ReceiptHandle": raw["receiptHandle"], "VisibilityTimeout": delay}
-            )
-        sqs = self.clients.client("sqs")
-        for arn, entries in entries_by_queue.items():
-            for start in range(0, len(entries), 10):
-                try:
-                    sqs.change_message_visibility_batch(
-                        QueueUrl=self._queue_url(arn), Entries=entries[start : start + 10]
-                    )
-                except Exception:  # the queue's own visibility timeout still brings them back
-                    log.warning("could not set retry delay", exc_info=True)
-
-    def _queue_url(self, arn: str) -> str:
-        if arn not in self._queue_urls:
-            _, _, _, _, account, name = arn.split(":", 5)
-            sqs = self.clients.client("sqs")
-            self._queue_urls[arn] = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
-        return self._queue_urls[arn]
 
 
 _runtime: ServiceRuntime | None = None

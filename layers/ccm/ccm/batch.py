@@ -1,4 +1,4 @@
-"""SQS FIFO batch handling for a Lambda runtime, the same scheme as ccm.service.runtime (which could adopt it).
+"""SQS FIFO batch handling shared by the Lambda runtimes (services, nodes).
 
 Powertools' SqsFifoPartialProcessor processes the records (skip_group_on_error: a failure fails only the rest of
 its group); then every failed record's visibility is set to the retry delay its handler chose (`defer`), and the
