@@ -60,7 +60,7 @@ Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 @pytest.fixture
 def kubectl(kubeconfig: str, tmp_path: Path) -> Kubectl:
     if shutil.which("kubectl") is None:
-        pytest.skip("kubectl not on PATH")
+        pytest.fail("kubectl is not on PATH: the kubectl tests need the real client (see README)")
     home = tmp_path / "home"
     home.mkdir()
 
