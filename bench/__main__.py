@@ -71,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(results: dict[str, Any], out: Any) -> None:
     calls = results.get("aws_calls") or {}
-    nlb, anchor = calls.get("nlb") or {}, (calls.get("anchor") or {}).get("nlb", {})
-    print(f"\n{'AWS calls (NLB, 2 ports, 3 nodes)':40} {'ours':>8} {'cloud-provider-aws':>20}", file=out)
-    for op in ("create", "noop", "add_node", "delete", "mutating_noop"):
-        print(f"  {op:38} {nlb.get(op, '-')!s:>8} {anchor.get(op, '-')!s:>20}", file=out)
+    for lb_type in ("nlb", "clb"):
+        ours, anchor = calls.get(lb_type) or {}, (calls.get("anchor") or {}).get(lb_type, {})
+        title = f"AWS calls ({lb_type.upper()}, 2 ports, 3 nodes)"
+        print(f"\n{title:40} {'ours':>8} {'cloud-provider-aws':>20}", file=out)
+        for op in ("create", "noop", "add_node", "delete", "mutating_noop"):
+            print(f"  {op:38} {ours.get(op, '-')!s:>8} {anchor.get(op, '-')!s:>20}", file=out)
     k8s = results.get("k8s_calls") or {}
     if k8s:
         print(

@@ -31,7 +31,7 @@ CLUSTER = "bench"
 
 
 class BenchWorld:
-    def __init__(self, nodes: int = 3) -> None:
+    def __init__(self, nodes: int = 3, lb_type: str = "nlb") -> None:
         self.moto, self.endpoint = start_moto_server()
         env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": REGION}
         env["AWS_ENDPOINT_URL"] = self.endpoint  # the runtime's clients find the local AWS like in the devstack
@@ -54,7 +54,10 @@ class BenchWorld:
             QueueName=f"bench-{uuid.uuid4().hex[:8]}.fifo", Attributes={"FifoQueue": "true"}
         )["QueueUrl"]
         self.runtime = ServiceRuntime(
-            Settings(CLUSTER, self.world.vpc_id, default_lb_type="nlb"), Kube(self.api_client), self.clients, self.store
+            Settings(CLUSTER, self.world.vpc_id, default_lb_type=lb_type),
+            Kube(self.api_client),
+            self.clients,
+            self.store,
         )
         # Steady state: the table is seeded (once per cluster, by the first reconcile or the nodes Lambda).
         MemberNodes(Kube(self.api_client), self.store).records()

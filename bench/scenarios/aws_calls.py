@@ -8,6 +8,7 @@ from typing import Any
 from bench.anchors import CLOUD_PROVIDER_AWS
 from bench.world import BenchWorld
 from ccm.aws.clients import CallCounter
+from ccm.messages import parse_delta
 
 
 def _lb(calls: dict[str, int]) -> int:
@@ -28,8 +29,9 @@ def _summary(calls: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def run() -> dict[str, Any]:
-    bench = BenchWorld(nodes=3)
+def measure(lb_type: str) -> dict[str, Any]:
+    """create / no-op resync / node added / delete for one Service with 2 TCP ports and 3 nodes."""
+    bench = BenchWorld(nodes=3, lb_type=lb_type)
     try:
         svc = bench.create_service("calls", [80, 443])
         create = bench.reconcile(bench.delta("Service", "ADDED", svc))
@@ -44,15 +46,13 @@ def run() -> dict[str, Any]:
         updater.on_node_delta(bench.delta("Node", "ADDED", node))
         node_side = dict(bench.clients.counter.thread_calls())
         messages = bench.sqs.receive_message(QueueUrl=bench.queue_url, MaxNumberOfMessages=10)["Messages"]
-        from ccm.messages import parse_delta
-
         add_node = bench.reconcile(parse_delta(messages[0]["Body"]), receive_count=2)
 
         bench.emulator.delete("services", "default", "calls")
         delete = bench.reconcile(bench.delta("Service", "MODIFIED", bench.service("calls")))
     finally:
         bench.close()
-    nlb = {
+    return {
         "create": _lb(create),
         "noop": _lb(noop),
         "add_node": _lb(add_node),
@@ -75,12 +75,15 @@ def run() -> dict[str, Any]:
             "delete": _summary(delete),
         },
     }
+
+
+def run() -> dict[str, Any]:
     return {
-        "nlb": nlb,
-        "clb": None,  # the Classic ELB driver arrives with the service-LB issue
+        "nlb": measure("nlb"),
+        "clb": measure("clb"),
         "anchor": CLOUD_PROVIDER_AWS,
         "notes": "create/noop/add_node/delete count ELB, EC2 (incl. the managed security group and the node rule) and "
-        "tagging API calls, the anchor's scope; membership-table DynamoDB calls are under nlb.dynamodb. noop = "
+        "tagging API calls, the anchor's scope; membership-table DynamoDB calls are under <type>.dynamodb. noop = "
         "periodic SYNC resync (thorough pass). Security-group discovery of the node group is paid once per "
         "execution environment (in create here).",
     }
