@@ -16,6 +16,9 @@ def test_aws_calls_scenario_writes_json_and_beats_the_anchor(tmp_path: Path):
     assert nlb["mutating_noop"] == 0
     for op in ("create", "noop", "add_node"):
         assert nlb[op] < anchor[op], op
+    clb, clb_anchor = results["aws_calls"]["clb"], results["aws_calls"]["anchor"]["clb"]
+    assert clb["mutating_noop"] == 0
+    assert clb["create"] < clb_anchor["create"] and clb["add_node"] < clb_anchor["add_node"]
     assert results["latency_ms"] is None and "latency_ms" in results["_pending"]  # pending, never made up
     # cloud-provider-aws lists every instance of the region on creation; we never need instances for an NLB
     # (tests/integration/test_security_groups.py checks that every security-group read is filtered).
