@@ -95,7 +95,7 @@ def send_event(stack: Stack, body: str, group: str) -> None:
 def node_calls(stack: Stack) -> Counter[str]:
     """AWS calls made so far by the node controller the runner hosts (its runtime's CallCounter). Excluded: SQS
     and the membership table (DynamoDB), which the membership consumer uses and tests/e2e/test_membership.py covers."""
-    runtime = sys.modules["ccm.node.runtime"]._runtime  # the runner's fresh copy of the layer
+    runtime = sys.modules["ccm.node.runtime"].runtime.instance  # the runner's fresh copy of the layer
     if runtime is None:
         return Counter()
     calls: Counter[str] = runtime.clients.counter.snapshot()

@@ -8,7 +8,9 @@ records skipped after it in the same group get the same delay, so the group resu
 from __future__ import annotations
 
 import logging
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -16,6 +18,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from ccm.aws.clients import AwsClients
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class FifoBatchRuntime:
@@ -58,19 +61,35 @@ class FifoBatchRuntime:
             entries_by_queue.setdefault(raw["eventSourceARN"], []).append(
                 {"Id": raw["messageId"], "ReceiptHandle": raw["receiptHandle"], "VisibilityTimeout": delay}
             )
-        sqs = self.clients.client("sqs")
-        for arn, entries in entries_by_queue.items():
-            for start in range(0, len(entries), 10):
-                try:
-                    sqs.change_message_visibility_batch(
-                        QueueUrl=self._queue_url(arn), Entries=entries[start : start + 10]
-                    )
-                except Exception:  # the queue's own visibility timeout still brings them back
-                    log.warning("could not set retry delay", exc_info=True)
+        set_visibility(self.clients, self._queue_urls, entries_by_queue)
 
-    def _queue_url(self, arn: str) -> str:
-        if arn not in self._queue_urls:
+
+def set_visibility(
+    clients: AwsClients, queue_urls: dict[str, str], entries_by_arn: dict[str, list[dict[str, Any]]]
+) -> None:
+    """ChangeMessageVisibilityBatch per queue (10 entries per call); `queue_urls` caches ARN -> URL."""
+    sqs = clients.client("sqs")
+    for arn, entries in entries_by_arn.items():
+        if arn not in queue_urls:
             _, _, _, _, account, name = arn.split(":", 5)
-            sqs = self.clients.client("sqs")
-            self._queue_urls[arn] = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
-        return self._queue_urls[arn]
+            queue_urls[arn] = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        for start in range(0, len(entries), 10):
+            try:
+                sqs.change_message_visibility_batch(QueueUrl=queue_urls[arn], Entries=entries[start : start + 10])
+            except Exception:  # the queue's own visibility timeout still brings them back
+                log.warning("could not set retry delay", exc_info=True)
+
+
+class PerEnvironment(Generic[T]):
+    """The one runtime of an execution environment, built on first use and reused by warm invocations."""
+
+    def __init__(self, default: Callable[[], T]) -> None:
+        self.default = default
+        self.instance: T | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, factory: Callable[[], T] | None = None) -> T:
+        with self._lock:
+            if self.instance is None:
+                self.instance = (factory or self.default)()
+            return self.instance

@@ -36,7 +36,6 @@ Contract for consumers:
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.instances import Ec2Instances, instance_id_from_provider_id
-from ccm.batch import FifoBatchRuntime
+from ccm.batch import FifoBatchRuntime, PerEnvironment
 from ccm.config import Settings
 from ccm.contracts import InstanceMetadata, KubeObject, RetryError
 from ccm.k8s.client import new_api_client
@@ -331,18 +330,9 @@ def _age_seconds(node: KubeObject | None) -> float | None:
     return max(0.0, time.time() - created.timestamp())
 
 
-_runtime: NodeRuntime | None = None
-_lock = threading.Lock()
-
-
-def runtime(factory: Callable[[], NodeRuntime] | None = None) -> NodeRuntime:
-    global _runtime
-    with _lock:
-        if _runtime is None:
-            _runtime = (factory or _default_runtime)()
-        return _runtime
-
-
 def _default_runtime() -> NodeRuntime:
     settings = Settings.from_env()
     return NodeRuntime(settings, Kube(new_api_client()), AwsClients(region=os.environ.get("AWS_REGION")))
+
+
+runtime: PerEnvironment[NodeRuntime] = PerEnvironment(_default_runtime)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.routes import VpcRoutes
+from ccm.batch import PerEnvironment, set_visibility
 from ccm.k8s.client import new_api_client
 from ccm.route.kube import RouteKube, RouteKubeApi
 from ccm.route.plan import Network, parse_cluster_cidrs
@@ -169,22 +169,7 @@ class RouteRuntime:
                         "VisibilityTimeout": delays[raw["messageId"]],
                     }
                 )
-        sqs = self.clients.client("sqs")
-        for arn, entries in by_queue.items():
-            for start in range(0, len(entries), 10):
-                try:
-                    sqs.change_message_visibility_batch(
-                        QueueUrl=self._queue_url(arn), Entries=entries[start : start + 10]
-                    )
-                except Exception:  # the queue's own visibility timeout still brings them back
-                    log.warning("could not set retry delay", exc_info=True)
-
-    def _queue_url(self, arn: str) -> str:
-        if arn not in self._queue_urls:
-            _, _, _, _, account, name = arn.split(":", 5)
-            url = self.clients.client("sqs").get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
-            self._queue_urls[arn] = url
-        return self._queue_urls[arn]
+        set_visibility(self.clients, self._queue_urls, by_queue)
 
 
 def _remaining(context: Any) -> Callable[[], float] | None:
@@ -193,21 +178,12 @@ def _remaining(context: Any) -> Callable[[], float] | None:
     return lambda: float(context.get_remaining_time_in_millis()) / 1000
 
 
-_runtime: RouteRuntime | None = None
-_lock = threading.Lock()
-
-
-def runtime(factory: Callable[[], RouteRuntime] | None = None) -> RouteRuntime:
-    global _runtime
-    with _lock:
-        if _runtime is None:
-            _runtime = (factory or _default_runtime)()
-        return _runtime
-
-
 def _default_runtime() -> RouteRuntime:
     settings = RouteSettings.from_env()
     return RouteRuntime(settings, RouteKube(new_api_client()), AwsClients(region=os.environ.get("AWS_REGION")))
+
+
+runtime: PerEnvironment[RouteRuntime] = PerEnvironment(_default_runtime)
 
 
 def full_pass() -> RouteOutcome:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 import time
-from collections.abc import Callable
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
@@ -24,7 +22,7 @@ from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
-from ccm.batch import FifoBatchRuntime
+from ccm.batch import FifoBatchRuntime, PerEnvironment
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
@@ -127,20 +125,11 @@ class ServiceRuntime(FifoBatchRuntime):
         )
 
 
-_runtime: ServiceRuntime | None = None
-_lock = threading.Lock()
-
-
-def runtime(factory: Callable[[], ServiceRuntime] | None = None) -> ServiceRuntime:
-    global _runtime
-    with _lock:
-        if _runtime is None:
-            _runtime = (factory or _default_runtime)()
-        return _runtime
-
-
 def _default_runtime() -> ServiceRuntime:
     settings = Settings.from_env()
     clients = AwsClients(region=os.environ.get("AWS_REGION"))
     table = os.environ.get("MEMBERSHIP_TABLE")
     return ServiceRuntime(settings, Kube(new_api_client()), clients, MembershipStore(table, clients) if table else None)
+
+
+runtime: PerEnvironment[ServiceRuntime] = PerEnvironment(_default_runtime)
