@@ -6,7 +6,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import CallCounter
-from ccm.contracts import ImplementedElsewhere
+from ccm.contracts import ImplementedElsewhere, RetryError
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, World
 
@@ -66,13 +66,37 @@ def test_update_ports_and_nodes_in_place(world: World):
     assert len(all_target_groups(world)) == 2  # the 443 group was deleted, not leaked
 
 
-def test_traffic_policy_flip_replaces_the_target_group(world: World):
+def test_health_check_protocol_change_switches_only_once_the_new_group_is_healthy(world: World):
     svc = service(ports=[(80, 30080)])
     world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
-    svc["spec"].update(externalTrafficPolicy="Local", healthCheckNodePort=31999)
+    old_group = all_target_groups(world)[0]["TargetGroupArn"]
+    svc["spec"].update(externalTrafficPolicy="Local", healthCheckNodePort=31999)  # TCP -> HTTP health check
+
+    with pytest.raises(RetryError) as waiting:
+        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    # The new group exists and is filled, but traffic still flows through the old, healthy one.
+    assert waiting.value.delay_seconds == 20  # interval 10 s x healthy threshold 2 (the Local defaults)
+    state = lb_state(world, svc["metadata"]["uid"])
+    assert state["listeners"][80]["hc"] == ("TCP", "traffic-port")
+    groups = {tg["TargetGroupArn"]: tg for tg in all_target_groups(world)}
+    assert len(groups) == 2 and old_group in groups
+    new_group = next(arn for arn in groups if arn != old_group)
+    health = world.clients.elbv2.describe_target_health(TargetGroupArn=new_group)["TargetHealthDescriptions"]
+    assert sorted(d["Target"]["Id"] for d in health) == sorted(world.instances)
+
+    world.nlb.thorough = True  # the queue's retry is a thorough pass: it finds the not yet attached group
     world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
     state = lb_state(world, svc["metadata"]["uid"])
     assert state["listeners"][80]["hc"] == ("HTTP", "31999")
+    assert [tg["TargetGroupArn"] for tg in all_target_groups(world)] == [new_group]
+
+
+def test_replacement_does_not_wait_when_the_old_group_serves_nobody(world: World):
+    svc = service(ports=[(80, 30080)])
+    world.nlb.ensure_load_balancer(CLUSTER, svc, [])  # no nodes yet: nothing healthy to protect
+    svc["spec"].update(externalTrafficPolicy="Local", healthCheckNodePort=31999)
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    assert lb_state(world, svc["metadata"]["uid"])["listeners"][80]["hc"] == ("HTTP", "31999")
     assert len(all_target_groups(world)) == 1
 
 

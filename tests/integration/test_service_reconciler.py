@@ -230,3 +230,70 @@ def test_node_without_members_warns(stack: dict[str, Any], emulator: Emulator):
     invoke(stack, [delta_for("Service", "ADDED", svc).to_body()])
     events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
     assert "UnAvailableLoadBalancer" in [e["reason"] for e in events]
+
+
+def _warnings(core: client.CoreV1Api) -> list[dict[str, Any]]:
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    return [e for e in events if e["type"] == "Warning"]
+
+
+def test_settings_fixed_at_creation_warn_and_keep_the_live_nlb(stack: dict[str, Any], world: World):
+    core = stack["core"]
+    ec2 = world.clients.session.client("ec2")
+    subnets = sorted(
+        s["SubnetId"] for s in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])["Subnets"]
+    )
+    prefix = "service.beta.kubernetes.io/aws-load-balancer-"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default", "annotations": {prefix + "subnets": subnets[0]}},
+        "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": 80}]},
+    }
+    svc = json.loads(core.create_namespaced_service("default", body, _preload_content=False).data)
+    invoke(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    elbv2 = world.clients.session.client("elbv2")
+    name = ("a" + svc["metadata"]["uid"].replace("-", ""))[:32]
+    before = elbv2.describe_load_balancers(Names=[name])["LoadBalancers"][0]
+    assert [z["SubnetId"] for z in before["AvailabilityZones"]] == [subnets[0]]
+
+    annotations = {prefix + "subnets": subnets[1], prefix + "scheme": "internal", prefix + "healthcheck-interval": "30"}
+    core.patch_namespaced_service("web", "default", {"metadata": {"annotations": annotations}})
+    live = read(core)
+    assert invoke(stack, [delta_for("Service", "MODIFIED", live).to_body()]) == {"batchItemFailures": []}
+
+    after = elbv2.describe_load_balancers(Names=[name])["LoadBalancers"][0]
+    assert after["LoadBalancerArn"] == before["LoadBalancerArn"]  # never a silent re-create
+    assert [z["SubnetId"] for z in after["AvailabilityZones"]] == [subnets[0]] and after["Scheme"] == "internet-facing"
+    (group,) = elbv2.describe_target_groups(LoadBalancerArn=after["LoadBalancerArn"])["TargetGroups"]
+    assert group["HealthCheckIntervalSeconds"] == 30  # what can change was changed in place
+    fixed = sorted(w["message"] for w in _warnings(core) if w["reason"] == "LoadBalancerSettingFixed")
+    assert len(fixed) == 2
+    assert f"aws-load-balancer-subnets asks for {subnets[1]}" in fixed[0]
+    assert "cannot change to internal" in fixed[1]
+
+
+def test_nodes_in_a_zone_without_a_usable_subnet_get_a_warning_naming_the_tags(
+    stack: dict[str, Any], world: World, emulator: Emulator
+):
+    ec2 = world.clients.session.client("ec2")
+    vpc = world.vpc_id
+    lonely = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.9.0/24", AvailabilityZone="us-east-1c")["Subnet"]
+    instance = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, SubnetId=lonely["SubnetId"])
+    iid = instance["Instances"][0]["InstanceId"]
+    emulator.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "far", "labels": {"topology.kubernetes.io/zone": "us-east-1c"}},
+            "spec": {"providerID": f"aws:///us-east-1c/{iid}"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+    core = stack["core"]
+    svc = create_service(core)
+    assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
+    assert read(core)["status"]["loadBalancer"]["ingress"]  # created anyway, in the zones it can use
+    (warning,) = [w for w in _warnings(core) if w["reason"] == "UnavailableSubnets"]
+    assert "no usable public subnet in us-east-1c where nodes run" in warning["message"]
+    assert "kubernetes.io/role/elb=1 and kubernetes.io/cluster/" in warning["message"]

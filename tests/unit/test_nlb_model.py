@@ -173,6 +173,92 @@ def test_policy_flip_switches_listener_to_a_new_group_before_deleting_the_old():
     ]
 
 
+def _serving(observed: m.ObservedNLB, healthy: frozenset[str]) -> m.ObservedNLB:
+    """The same LB with every attached group reporting `healthy` targets."""
+    for arn, tg in observed.target_groups.items():
+        observed.target_groups[arn] = m.ObservedTargetGroup(
+            tg.arn, tg.name, tg.protocol, tg.port, tg.health, tg.targets, tg.attributes, healthy
+        )
+    return observed
+
+
+def test_replacement_holds_the_listener_while_only_the_old_group_is_healthy():
+    svc = service(ports=[(80, 30080)])
+    observed = _serving(observed_from(desired(svc)), frozenset({"i-1", "i-2", "i-3"}))
+    svc["spec"].update(externalTrafficPolicy="Local", healthCheckNodePort=31999)
+    want = desired(svc)
+    ops = m.plan(want, observed)
+    new_group = want.listeners[0].target_group
+    assert ops == [
+        m.CreateTargetGroup(new_group),
+        m.RegisterTargets(new_group.name, new_group.port, ("i-1", "i-2", "i-3")),
+        m.AwaitHealthy(new_group.name, 80, m.readiness_delay(new_group.health)),
+    ]  # no listener switch and, above all, no DeleteTargetGroup of the group that still serves
+
+    # Next pass: the new group is filled but still not healthy -> still held, nothing re-created.
+    observed.target_groups["tg-new"] = m.ObservedTargetGroup(
+        "tg-new", new_group.name, new_group.protocol, new_group.port, new_group.health, new_group.targets
+    )
+    assert [type(o).__name__ for o in m.plan(want, observed)] == ["AwaitHealthy"]
+
+    # Healthy: switch, then delete the old group.
+    observed.target_groups["tg-new"] = m.ObservedTargetGroup(
+        "tg-new",
+        new_group.name,
+        new_group.protocol,
+        new_group.port,
+        new_group.health,
+        new_group.targets,
+        None,
+        frozenset({"i-2"}),
+    )
+    assert m.plan(want, observed) == [
+        m.ModifyListener("l0", "TCP", new_group.name),
+        m.DeleteTargetGroup("tg0"),
+    ]
+
+
+def test_readiness_delay_is_the_healthy_threshold_time_within_bounds():
+    base = desired(service()).listeners[0].target_group.health
+    assert m.readiness_delay(base) == base.interval * base.healthy
+    assert m.readiness_delay(m.HealthCheck("TCP", "traffic-port", "", 2, 2, 1, 1)) == 5
+    assert m.readiness_delay(m.HealthCheck("TCP", "traffic-port", "", 10, 10, 300, 60)) == 300
+
+
+def _live_lb(scheme="internet-facing", subnets=("subnet-0000000a", "subnet-0000000b"), addresses=None):
+    zones = []
+    for i, sid in enumerate(subnets):
+        zone = {"ZoneName": f"az{i}", "SubnetId": sid}
+        if addresses is not None:
+            zone["LoadBalancerAddresses"] = addresses[i]
+        zones.append(zone)
+    return {"Scheme": scheme, "AvailabilityZones": zones}
+
+
+def _config(**annotations):
+    svc = service(annotations={f"service.beta.kubernetes.io/aws-load-balancer-{k}": v for k, v in annotations.items()})
+    return parse_load_balancer_config(svc, default_lb_type="nlb")
+
+
+def test_placement_warnings_name_what_aws_fixes_at_creation():
+    assert m.placement_warnings(_live_lb(), _config(), None) == []
+    assert m.placement_warnings(_live_lb(), _config(subnets="subnet-0000000b,subnet-0000000a"), ["subnet-0000000b", "subnet-0000000a"]) == []
+    (scheme,) = m.placement_warnings(_live_lb(), _config(scheme="internal"), None)
+    assert "internet-facing and cannot change to internal" in scheme
+    (moved,) = m.placement_warnings(_live_lb(), _config(subnets="subnet-0000000c"), ["subnet-0000000c"])
+    assert "aws-load-balancer-subnets asks for subnet-0000000c" in moved and "subnet-0000000a, subnet-0000000b" in moved
+
+
+def test_placement_warnings_compare_addresses_only_when_aws_reports_them():
+    live = _live_lb(addresses=[[{"AllocationId": "eipalloc-00000001"}], [{"AllocationId": "eipalloc-00000002"}]])
+    same = _config(subnets="subnet-0000000a,subnet-0000000b", **{"eip-allocations": "eipalloc-00000002,eipalloc-00000001"})
+    assert m.placement_warnings(live, same, ["subnet-0000000a", "subnet-0000000b"]) == []
+    other = _config(subnets="subnet-0000000a,subnet-0000000b", **{"eip-allocations": "eipalloc-00000001,eipalloc-00000009"})
+    (eips,) = m.placement_warnings(live, other, ["subnet-0000000a", "subnet-0000000b"])
+    assert "eip-allocations asks for eipalloc-00000001, eipalloc-00000009 but the NLB has eipalloc-00000001, eipalloc-00000002" in eips
+    assert m.placement_warnings(_live_lb(), other, ["subnet-0000000a", "subnet-0000000b"]) == []  # addresses not reported
+
+
 def test_orphan_groups_are_reused_or_deleted():
     svc = service(ports=[(80, 30080)])
     want = desired(svc)
@@ -204,3 +290,19 @@ def test_subnet_discovery_one_per_az_prefers_role_then_cluster_tag_then_lowest_i
     ]
     assert choose_subnets(subnets, tables, "c1", internal=False) == ["subnet-a", "subnet-d"]
     assert choose_subnets(subnets, tables, "c1", internal=True) == ["subnet-a", "subnet-c", "subnet-f"]
+
+
+def test_missing_zone_message_says_which_tags_to_add():
+    from ccm.aws.subnets import missing_zones_message, node_zones
+
+    subnets = [subnet("subnet-a", "az1"), subnet("subnet-b", "az2")]
+    zone = "topology.kubernetes.io/zone"
+    zones = node_zones([node("n1", "i-1", **{zone: "az1"}), node("n2", "i-2", **{zone: "az3"}), node("n3")])
+    assert zones == {"az1", "az3"}
+    message = missing_zones_message(subnets, ["subnet-a"], zones, "c1", internal=False)
+    assert message is not None
+    assert "no usable public subnet in az3 where nodes run" in message
+    assert "kubernetes.io/role/elb=1 and kubernetes.io/cluster/c1=shared" in message
+    assert missing_zones_message(subnets, ["subnet-a"], {"az1"}, "c1", internal=True) is None
+    internal = missing_zones_message(subnets, ["subnet-b"], {"az1"}, "c1", internal=True)
+    assert internal is not None and "kubernetes.io/role/internal-elb=1" in internal

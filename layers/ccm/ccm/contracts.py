@@ -31,8 +31,19 @@ class Ingress:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadBalancerWarning:
+    """Something the driver could not apply and left as it is (e.g. a setting AWS fixes at creation)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoadBalancerStatus:
     ingress: tuple[Ingress, ...] = field(default_factory=tuple)
+    # Not part of the API status: the reconciler turns each into a Warning event on the Service. (Upstream's
+    # EnsureLoadBalancer can only fail; we converge everything else and still say what we did not do.)
+    warnings: tuple[LoadBalancerWarning, ...] = field(default=(), compare=False)
 
     def to_api(self) -> dict[str, Any]:
         return {"ingress": [i.to_api() for i in self.ingress]} if self.ingress else {}

@@ -24,17 +24,18 @@ from ccm.aws import names
 from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import SecurityGroups
-from ccm.aws.subnets import ROLE_ELB, ROLE_INTERNAL_ELB, choose_subnets
+from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.contracts import (
     ImplementedElsewhere,
     Ingress,
     InvalidServiceConfig,
     KubeObject,
     LoadBalancerStatus,
+    LoadBalancerWarning,
     RetryError,
 )
 from ccm.service import predicates as p
-from ccm.service.annotations import SUBNETS_ANNOTATION, parse_load_balancer_config
+from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LoadBalancerConfig
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ class ClassicLoadBalancers(PassFlags):
             tags = found
             self._check_adoptable(lb, tags, config, cluster_name)
         # Everything that can refuse the Service happens above and here, before the first write.
-        desired = m.desired_clb(service, config, nodes, cluster_name, self._subnets(config, cluster_name))
+        subnets = self._subnets(config, cluster_name, nodes)
+        desired = m.desired_clb(service, config, nodes, cluster_name, subnets.ids)
         groups: list[str] = []
         if self.security_groups is not None:
             groups = self.security_groups.ensure_lb_group(name, service, config, "clb", dict(desired.tags))
@@ -105,6 +107,10 @@ class ClassicLoadBalancers(PassFlags):
         self._apply(name, m.plan(desired, observed, cluster_name))
         if self.security_groups is not None and groups:
             self.security_groups.ensure_node_access(groups, name, uid)
+        if subnets.warning:
+            return replace(
+                _status(observed.dns_name), warnings=(LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning),)
+            )
         return _status(observed.dns_name)
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
@@ -181,33 +187,9 @@ class ClassicLoadBalancers(PassFlags):
             raise
         return {t["Key"]: t.get("Value", "") for d in described for t in d.get("Tags") or []}
 
-    def _subnets(self, config: LoadBalancerConfig, cluster_name: str) -> list[str]:
-        """The annotation's subnets (Name tags resolved in our VPC), else discovery as cloud-provider-aws does it.
-        Rediscovered on every ensure, so new or retagged subnets are attached and removed ones detached."""
-        ec2, vpc_filter = self.clients.ec2, {"Name": "vpc-id", "Values": [self.vpc_id]}
-        if config.subnets:
-            chosen = list(config.subnet_ids)
-            if config.subnet_names:
-                wanted = {"Name": "tag:Name", "Values": list(config.subnet_names)}
-                found = ec2.describe_subnets(Filters=[vpc_filter, wanted])["Subnets"]
-                named = {t["Value"]: s["SubnetId"] for s in found for t in s.get("Tags", []) if t["Key"] == "Name"}
-                missing = [n for n in config.subnet_names if n not in named]
-                if missing:
-                    raise InvalidServiceConfig(
-                        f"{SUBNETS_ANNOTATION}: no subnet named {', '.join(missing)} in {self.vpc_id}"
-                    )
-                chosen += [named[n] for n in config.subnet_names]
-            return chosen
-        subnets = ec2.describe_subnets(Filters=[vpc_filter])["Subnets"]
-        tables = ec2.describe_route_tables(Filters=[vpc_filter])["RouteTables"]
-        chosen = choose_subnets(subnets, tables, cluster_name, internal=config.internal)
-        if not chosen:
-            role = ROLE_INTERNAL_ELB if config.internal else ROLE_ELB
-            raise InvalidServiceConfig(
-                f"no usable subnets in {self.vpc_id} for a {config.scheme} Classic ELB: tag one subnet per AZ with "
-                f"{role}=1 and {names.cluster_tag_key(cluster_name)}=shared"
-            )
-        return chosen
+    def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:
+        """Rediscovered on every ensure, so new or retagged subnets are attached and removed ones detached."""
+        return resolve_subnets(self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "Classic ELB")
 
     # -- writes -----------------------------------------------------------------------------------------------
     def _create_lb(self, desired: m.CLBSpec) -> str:

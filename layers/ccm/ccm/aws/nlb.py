@@ -19,13 +19,13 @@ from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import SecurityGroups
-from ccm.aws.subnets import choose_subnets
+from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.contracts import (
     ImplementedElsewhere,
     Ingress,
-    InvalidServiceConfig,
     KubeObject,
     LoadBalancerStatus,
+    LoadBalancerWarning,
     RetryError,
 )
 from ccm.service import predicates as p
@@ -33,6 +33,9 @@ from ccm.service.annotations import parse_load_balancer_config, validate_against
 from ccm.service.lbconfig import LoadBalancerConfig
 
 log = logging.getLogger(__name__)
+
+# Warning event reasons (the LB is converged otherwise; these say what was not applied and why).
+FIXED_SETTING = "LoadBalancerSettingFixed"
 
 
 def _code(err: ClientError) -> str:
@@ -68,17 +71,24 @@ class NetworkLoadBalancers(PassFlags):
         desired = m.desired_nlb(service, config, nodes, cluster_name, self.vpc_id)
         lb = self._describe_lb(desired.name)
         created = lb is None
-        if lb is not None and lb.get("Scheme") != desired.scheme:
-            raise InvalidServiceConfig(
-                f"the NLB scheme is {lb.get('Scheme')} and cannot change to {desired.scheme} after creation; "
-                "delete and re-create the Service (or revert the annotation)"
-            )
+        warnings: list[LoadBalancerWarning] = []
+        if lb is not None and self.check_attributes:
+            wanted_subnets = self._subnets(config, cluster_name, nodes).ids if config.subnets else None
+            warnings = [LoadBalancerWarning(FIXED_SETTING, w) for w in m.placement_warnings(lb, config, wanted_subnets)]
         group_ids = self._ensure_groups(service, config, desired, lb)
         if lb is None:
-            lb = self._create_lb(desired, config, cluster_name, group_ids)
+            choice = self._subnets(config, cluster_name, nodes)
+            lb = self._create_lb(desired, config, choice.ids, group_ids)
+            warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, choice.warning)] if choice.warning else []
         observed = self._observe(lb, p.meta(service)["uid"], with_targets=True, desired=desired, created=created)
         self._apply(m.plan(desired, observed), observed, desired)
-        return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),))
+        return LoadBalancerStatus(
+            (Ingress(hostname=lb["DNSName"]),),
+            warnings=tuple(warnings),
+        )
+
+    def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:
+        return resolve_subnets(self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "NLB")
 
     def _ensure_groups(
         self, service: KubeObject, config: LoadBalancerConfig, desired: m.NLBSpec, lb: dict[str, Any] | None
@@ -215,38 +225,35 @@ class NetworkLoadBalancers(PassFlags):
                     groups[tg["TargetGroupArn"]] = tg
         for arn, tg in groups.items():
             targets: frozenset[str] = frozenset()
+            healthy: frozenset[str] = frozenset()
             if with_targets:
                 health = elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]
                 targets = frozenset(
                     d["Target"]["Id"] for d in health if d.get("TargetHealth", {}).get("State") != "draining"
+                )
+                healthy = frozenset(
+                    d["Target"]["Id"] for d in health if d.get("TargetHealth", {}).get("State") == "healthy"
                 )
             attributes = None
             if wanted_tg_attributes.get(tg["TargetGroupName"]) and self.check_attributes:
                 raw = elbv2.describe_target_group_attributes(TargetGroupArn=arn)["Attributes"]
                 attributes = {a["Key"]: a["Value"] for a in raw}
             observed.target_groups[arn] = m.ObservedTargetGroup(
-                arn, tg["TargetGroupName"], tg["Protocol"], int(tg["Port"]), m.health_from_api(tg), targets, attributes
+                arn,
+                tg["TargetGroupName"],
+                tg["Protocol"],
+                int(tg["Port"]),
+                m.health_from_api(tg),
+                targets,
+                attributes,
+                healthy,
             )
         return observed
 
     # -- writes -----------------------------------------------------------------------------------------------
     def _create_lb(
-        self, desired: m.NLBSpec, config: LoadBalancerConfig, cluster_name: str, group_ids: list[str]
+        self, desired: m.NLBSpec, config: LoadBalancerConfig, chosen: list[str], group_ids: list[str]
     ) -> dict[str, Any]:
-        ec2 = self.clients.ec2
-        vpc_filter = [{"Name": "vpc-id", "Values": [self.vpc_id]}]
-        if config.subnets:
-            chosen = self._named_subnets(config)
-        else:
-            subnets = ec2.describe_subnets(Filters=vpc_filter)["Subnets"]
-            tables = ec2.describe_route_tables(Filters=vpc_filter)["RouteTables"]
-            chosen = choose_subnets(subnets, tables, cluster_name, internal=desired.scheme == "internal")
-        if not chosen:
-            role = "kubernetes.io/role/internal-elb" if desired.scheme == "internal" else "kubernetes.io/role/elb"
-            raise InvalidServiceConfig(
-                f"no usable subnets in {self.vpc_id} for a {desired.scheme} NLB: tag one subnet per AZ with "
-                f"{role}=1 and {names.cluster_tag_key(cluster_name)}=shared"
-            )
         validate_against_subnets(config, chosen)
         placement: dict[str, Any] = {"Subnets": chosen}
         if group_ids:
@@ -272,29 +279,10 @@ class NetworkLoadBalancers(PassFlags):
         lb: dict[str, Any] = created
         return lb
 
-    def _named_subnets(self, config: LoadBalancerConfig) -> list[str]:
-        """The `subnets` annotation: IDs as given, Name tags resolved inside our VPC (one filtered call)."""
-        chosen = list(config.subnet_ids)
-        if config.subnet_names:
-            found = self.clients.ec2.describe_subnets(
-                Filters=[
-                    {"Name": "vpc-id", "Values": [self.vpc_id]},
-                    {"Name": "tag:Name", "Values": list(config.subnet_names)},
-                ]
-            )["Subnets"]
-            named = {t["Value"]: s["SubnetId"] for s in found for t in s.get("Tags", []) if t["Key"] == "Name"}
-            missing = [n for n in config.subnet_names if n not in named]
-            if missing:
-                raise InvalidServiceConfig(
-                    f"service.beta.kubernetes.io/aws-load-balancer-subnets: no subnet named {', '.join(missing)} "
-                    f"in {self.vpc_id}"
-                )
-            chosen += [named[n] for n in config.subnet_names]
-        return chosen
-
     def _apply(self, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec) -> None:
         elbv2 = self.clients.elbv2
         arn_by_name = {tg.name: tg.arn for tg in observed.target_groups.values()}
+        held = [op for op in operations if isinstance(op, m.AwaitHealthy)]
         for op in operations:
             log.info("nlb %s: %s", desired.name, type(op).__name__)
             if isinstance(op, m.CreateTargetGroup):
@@ -330,6 +318,13 @@ class NetworkLoadBalancers(PassFlags):
                 elbv2.delete_listener(ListenerArn=op.arn)
             elif isinstance(op, m.DeleteTargetGroup):
                 self._delete_target_group(op.arn)
+        if held:
+            # Traffic stays on the old group until the new one has a healthy target; never sleep in a Lambda.
+            waiting = ", ".join(f"{op.name} (port {op.port})" for op in held)
+            raise RetryError(
+                f"waiting for target group {waiting} to report a healthy target before switching its listener",
+                delay_seconds=max(op.delay_seconds for op in held),
+            )
 
     def _create_target_group(self, spec: m.TargetGroupSpec, tags: dict[str, str]) -> str:
         try:

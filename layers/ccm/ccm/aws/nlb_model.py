@@ -14,6 +14,7 @@ from typing import Any
 from ccm.aws import names
 from ccm.contracts import InvalidServiceConfig
 from ccm.service import predicates as p
+from ccm.service.annotations import PREFIX as ANNOTATION_PREFIX
 from ccm.service.lbconfig import LoadBalancerConfig
 
 # What an NLB reports for the attributes we manage until someone changes them (a key AWS omits has this value).
@@ -93,6 +94,7 @@ class ObservedTargetGroup:
     health: HealthCheck
     targets: frozenset[str] = frozenset()
     attributes: dict[str, str] | None = None  # None: not read on this pass
+    healthy: frozenset[str] = frozenset()  # targets AWS reports healthy (read with the targets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +183,16 @@ class DeleteTargetGroup:
     arn: str
 
 
+@dataclass(frozen=True, slots=True)
+class AwaitHealthy:
+    """Hold the switch of listener `port` to target group `name`: the group serving it now has healthy targets
+    and the new one none yet. The driver applies the rest of the plan, then asks the queue to come back."""
+
+    name: str
+    port: int
+    delay_seconds: int
+
+
 Operation = (
     CreateTargetGroup
     | ModifyTargetGroup
@@ -192,6 +204,7 @@ Operation = (
     | ModifyListener
     | DeleteListener
     | DeleteTargetGroup
+    | AwaitHealthy
 )
 
 
@@ -242,6 +255,8 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
     listener_by_port = {ls.port: ls for ls in observed.listeners}
     prepare: list[Operation] = []
     switch: list[Operation] = []
+    held: list[Operation] = []
+    still_serving: set[str] = set()  # target groups a held listener keeps using: not deleted yet
     for want in desired.listeners:
         tg = want.target_group
         have = by_name.get(tg.name)
@@ -270,15 +285,62 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
             or listener.certificate != want.certificate
             or (want.ssl_policy and listener.ssl_policy != want.ssl_policy)
         ):
-            switch.append(ModifyListener(listener.arn, want.protocol, tg.name, want.certificate, want.ssl_policy))
+            serving = observed.target_groups.get(listener.target_group_arn)
+            replacing = serving is not None and (have is None or serving.arn != have.arn)
+            if replacing and serving is not None and serving.healthy and tg.targets and not (have and have.healthy):
+                held.append(AwaitHealthy(tg.name, want.port, readiness_delay(tg.health)))
+                still_serving.add(serving.arn)
+            else:
+                switch.append(ModifyListener(listener.arn, want.protocol, tg.name, want.certificate, want.ssl_policy))
     wanted_ports = {ls.port for ls in desired.listeners}
     wanted_groups = {ls.target_group.name for ls in desired.listeners}
     cleanup: list[Operation] = [DeleteListener(ls.arn) for ls in observed.listeners if ls.port not in wanted_ports]
-    cleanup += [DeleteTargetGroup(tg.arn) for tg in observed.target_groups.values() if tg.name not in wanted_groups]
+    cleanup += [
+        DeleteTargetGroup(tg.arn)
+        for tg in observed.target_groups.values()
+        if tg.name not in wanted_groups and tg.arn not in still_serving
+    ]
     lb_attributes_now = {**AWS_DEFAULT_LB_ATTRIBUTES, **(observed.attributes or {})}
     if observed.attributes is not None and any(lb_attributes_now.get(k) != v for k, v in desired.attributes):
         cleanup.append(SetLoadBalancerAttributes(desired.attributes))
-    return prepare + switch + cleanup
+    return prepare + switch + cleanup + held
+
+
+def readiness_delay(health: HealthCheck) -> int:
+    """How long a new target group needs to pass its healthy threshold: the natural time to look again."""
+    return max(5, min(300, health.interval * health.healthy))
+
+
+def placement_warnings(
+    lb: dict[str, Any], config: LoadBalancerConfig, wanted_subnets: Sequence[str] | None
+) -> list[str]:
+    """Pure: what the Service asks for that AWS fixes when an NLB is created (scheme, subnets, EIPs, private
+    IPs). The live NLB is kept and converged otherwise; each difference becomes one Warning event. Addresses are
+    compared only when the API reports them."""
+    keep = "the live NLB is kept; delete and re-create the Service to apply it, or revert the change"
+    found: list[str] = []
+    if lb.get("Scheme") and lb["Scheme"] != config.scheme:
+        found.append(f"the NLB scheme is {lb['Scheme']} and cannot change to {config.scheme} after creation: {keep}")
+    zones = lb.get("AvailabilityZones") or []
+    live_subnets = sorted(z["SubnetId"] for z in zones if z.get("SubnetId"))
+    if wanted_subnets is not None and live_subnets and sorted(wanted_subnets) != live_subnets:
+        found.append(
+            f"{ANNOTATION_PREFIX}subnets asks for {', '.join(sorted(wanted_subnets))} but the NLB was created "
+            f"in {', '.join(live_subnets)} and AWS cannot move it: {keep}"
+        )
+    addresses = [a for z in zones for a in z.get("LoadBalancerAddresses") or []]
+    for key, wanted, annotation in (
+        ("AllocationId", config.eip_allocations, "eip-allocations"),
+        ("PrivateIPv4Address", config.private_ipv4_addresses, "private-ipv4-addresses"),
+    ):
+        live = sorted(a[key] for a in addresses if a.get(key))
+        if wanted and addresses and sorted(wanted) != live:
+            shown = ", ".join(live) or "none"
+            found.append(
+                f"{ANNOTATION_PREFIX}{annotation} asks for {', '.join(sorted(wanted))} but the NLB has "
+                f"{shown}, fixed at creation: {keep}"
+            )
+    return found
 
 
 def health_from_api(tg: dict[str, Any]) -> HealthCheck:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ccm.aws.names import CLUSTER_TAG_PREFIX, cluster_tag_key
+from ccm.contracts import InvalidServiceConfig
+from ccm.service.annotations import SUBNETS_ANNOTATION
+from ccm.service.lbconfig import LoadBalancerConfig
 
 ROLE_ELB = "kubernetes.io/role/elb"
 ROLE_INTERNAL_ELB = "kubernetes.io/role/internal-elb"
+UNAVAILABLE_SUBNETS = "UnavailableSubnets"  # Warning reason: nodes run in zones the LB has no subnet in
 
 
 def _tags(resource: dict[str, Any]) -> dict[str, str]:
@@ -48,3 +54,67 @@ def choose_subnets(
         if zone not in best or rank < best[zone][0]:
             best[zone] = (rank, subnet_id)
     return sorted(subnet_id for _, subnet_id in best.values())
+
+
+ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
+
+
+def node_zones(nodes: Sequence[dict[str, Any]]) -> set[str]:
+    labels = ((n.get("metadata") or {}).get("labels") or {} for n in nodes)
+    return {zone for lbl in labels for zone in [next((lbl[k] for k in ZONE_LABELS if lbl.get(k)), "")] if zone}
+
+
+def missing_zones_message(
+    subnets: list[dict[str, Any]], chosen: list[str], zones_needed: set[str], cluster_name: str, internal: bool
+) -> str | None:
+    """Pure: when nodes run in zones no chosen subnet covers, say which tags would fix it (traffic entering the LB
+    in a zone it has no subnet in cannot reach those nodes without cross-zone hops, and the zone is not served)."""
+    covered = {s["AvailabilityZone"] for s in subnets if s["SubnetId"] in chosen}
+    missing = sorted(zones_needed - covered)
+    if not missing:
+        return None
+    kind, role = ("private", ROLE_INTERNAL_ELB) if internal else ("public", ROLE_ELB)
+    return (
+        f"no usable {kind} subnet in {', '.join(missing)} where nodes run (subnets chosen: {', '.join(chosen)}): "
+        f"tag one {kind} subnet in each of those zones with {role}=1 and {cluster_tag_key(cluster_name)}=shared"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SubnetChoice:
+    ids: list[str]
+    warning: str | None = None  # the load balancer is created anyway; the Service gets a Warning event
+
+
+def resolve_subnets(
+    ec2: Any,
+    vpc_id: str,
+    config: LoadBalancerConfig,
+    cluster_name: str,
+    zones_needed: set[str],
+    kind: str,
+) -> SubnetChoice:
+    """The `subnets` annotation (IDs as given, Name tags resolved in our VPC with one filtered call), else
+    discovery as cloud-provider-aws does it (two VPC-filtered calls)."""
+    vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
+    if config.subnets:
+        chosen = list(config.subnet_ids)
+        if config.subnet_names:
+            wanted = {"Name": "tag:Name", "Values": list(config.subnet_names)}
+            found = ec2.describe_subnets(Filters=[vpc_filter, wanted])["Subnets"]
+            named = {t["Value"]: s["SubnetId"] for s in found for t in s.get("Tags", []) if t["Key"] == "Name"}
+            missing = [n for n in config.subnet_names if n not in named]
+            if missing:
+                raise InvalidServiceConfig(f"{SUBNETS_ANNOTATION}: no subnet named {', '.join(missing)} in {vpc_id}")
+            chosen += [named[n] for n in config.subnet_names]
+        return SubnetChoice(chosen)
+    subnets = ec2.describe_subnets(Filters=[vpc_filter])["Subnets"]
+    tables = ec2.describe_route_tables(Filters=[vpc_filter])["RouteTables"]
+    chosen = choose_subnets(subnets, tables, cluster_name, internal=config.internal)
+    if not chosen:
+        role = ROLE_INTERNAL_ELB if config.internal else ROLE_ELB
+        raise InvalidServiceConfig(
+            f"no usable subnets in {vpc_id} for a {config.scheme} {kind}: tag one subnet per AZ with "
+            f"{role}=1 and {cluster_tag_key(cluster_name)}=shared"
+        )
+    return SubnetChoice(chosen, missing_zones_message(subnets, chosen, zones_needed, cluster_name, config.internal))

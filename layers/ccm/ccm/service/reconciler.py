@@ -132,6 +132,8 @@ class ServiceReconciler:
             return
         if status is None:
             raise RuntimeError("failed to ensure load balancer: no status returned")
+        for warning in status.warnings:
+            self._event(svc, outcome, "Warning", warning.reason, warning.message)
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
         self._write_status(svc, status.to_api().get("ingress", []), outcome)
