@@ -46,7 +46,12 @@ def service_is_relevant(trimmed: dict[str, Any]) -> bool:
 
 
 def fingerprint(uid: str, trimmed: dict[str, Any]) -> str:
-    payload = json.dumps([uid, trimmed], sort_keys=True, separators=(",", ":")).encode()
+    basis = trimmed
+    if trimmed.get("type") == "LoadBalancer" and "deletionTimestamp" not in trimmed:
+        # Our own finalizer write on a live LoadBalancer Service is an echo of a reconcile, not a change: forwarding
+        # it costs a second (no-op) reconcile per new Service. Its removal on a ClusterIP Service still counts.
+        basis = {**trimmed, "finalizers": [f for f in trimmed.get("finalizers") or () if f != LB_FINALIZER]}
+    payload = json.dumps([uid, basis], sort_keys=True, separators=(",", ":")).encode()
     return hashlib.blake2b(payload, digest_size=16).hexdigest()
 
 
@@ -102,7 +107,11 @@ def decide(
         return Decision(prefix, None, "irrelevant")
     fp = fingerprint(delta.uid, delta.object)
     if previous is not None and previous.fingerprint == fp and not force:
-        return Decision(prefix, replace(previous, resource_version=delta.resource_version), "unchanged")
+        # Keep the latest trimmed copy (it may differ in what the fingerprint ignores): tombstones carry it.
+        trimmed = delta.object if kind == "Service" else None
+        return Decision(
+            prefix, replace(previous, resource_version=delta.resource_version, trimmed=trimmed), "unchanged"
+        )
     if not relevant:
         # Was relevant (e.g. LoadBalancer -> ClusterIP, or our finalizer removed): forward once, then forget, so
         # its load balancer gets cleaned up and later updates are dropped.

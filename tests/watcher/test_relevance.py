@@ -94,6 +94,19 @@ def test_status_only_update_written_by_us_is_dropped() -> None:
     assert run("Service", "MODIFIED", bump(svc, status=ingress), entry).deltas == ()
 
 
+def test_our_finalizer_added_to_a_live_lb_service_is_an_echo_and_dropped() -> None:
+    svc = with_uid(service("web"))
+    entry = run("Service", "ADDED", svc).entry
+    d = run("Service", "MODIFIED", bump(svc, metadata__finalizers=[FINALIZER]), entry)
+    assert d.deltas == () and d.dropped == "unchanged"
+    assert d.entry is not None and d.entry.trimmed is not None and d.entry.trimmed["finalizers"] == [FINALIZER]
+    # A foreign finalizer, or ours on a Service being deleted, still goes through.
+    foreign = bump(svc, metadata__finalizers=[FINALIZER, "example.com/keep"])
+    assert types(run("Service", "MODIFIED", foreign, d.entry)) == ["MODIFIED"]
+    deleting = bump(svc, metadata__finalizers=[FINALIZER], metadata__deletionTimestamp="2026-01-01T00:00:00Z")
+    assert types(run("Service", "MODIFIED", deleting, d.entry)) == ["MODIFIED"]
+
+
 def test_foreign_annotation_dropped_but_lb_annotation_forwarded() -> None:
     svc = with_uid(service("web"))
     entry = run("Service", "ADDED", svc).entry
