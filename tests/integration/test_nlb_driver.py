@@ -156,3 +156,45 @@ def test_foreign_service_is_implemented_elsewhere(world: World):
         world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
     with pytest.raises(ClientError):
         world.clients.elbv2.describe_load_balancers(Names=[("a" + svc["metadata"]["uid"].replace("-", ""))[:32]])
+
+
+def test_adopts_an_nlb_made_by_cloud_provider_aws_and_moves_traffic_without_a_gap(world: World):
+    """Migration: cloud-provider-aws made `a<uid>[:32]` with its own target group; we keep the LB (same DNS name),
+    fill our group, switch once it is healthy, then delete theirs."""
+    svc = service(ports=[(80, 30080)])
+    elbv2 = world.clients.session.client("elbv2")
+    ec2 = world.clients.session.client("ec2")
+    vpc_filter = [{"Name": "vpc-id", "Values": [world.vpc_id]}]
+    subnets = [s["SubnetId"] for s in ec2.describe_subnets(Filters=vpc_filter)["Subnets"]]
+    upstream_tags = [
+        {"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"},
+        {"Key": "kubernetes.io/service-name", "Value": "default/web"},
+    ]
+    name = ("a" + svc["metadata"]["uid"].replace("-", ""))[:32]
+    lb = elbv2.create_load_balancer(
+        Name=name, Type="network", Scheme="internet-facing", Subnets=subnets, Tags=upstream_tags
+    )["LoadBalancers"][0]
+    theirs = elbv2.create_target_group(
+        Name="k8s-default-web-0123456789", Protocol="TCP", Port=30080, VpcId=world.vpc_id, Tags=upstream_tags
+    )["TargetGroups"][0]["TargetGroupArn"]
+    elbv2.register_targets(TargetGroupArn=theirs, Targets=[{"Id": i, "Port": 30080} for i in world.instances])
+    elbv2.create_listener(
+        LoadBalancerArn=lb["LoadBalancerArn"],
+        Port=80,
+        Protocol="TCP",
+        DefaultActions=[{"Type": "forward", "TargetGroupArn": theirs}],
+    )
+
+    with pytest.raises(RetryError):  # ours is created and filled; theirs keeps serving
+        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    listener = elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"][0]
+    assert listener["DefaultActions"][0]["TargetGroupArn"] == theirs
+
+    world.nlb.thorough = True
+    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    assert status.ingress[0].hostname == lb["DNSName"]  # same LB: clients keep resolving the same name
+    assert [x["LoadBalancerArn"] for x in elbv2.describe_load_balancers()["LoadBalancers"]] == [lb["LoadBalancerArn"]]
+    state = lb_state(world, svc["metadata"]["uid"])
+    assert state["listeners"][80]["targets"] == sorted(world.instances)
+    assert theirs not in {tg["TargetGroupArn"] for tg in all_target_groups(world)}
+    assert len(all_target_groups(world)) == 1
