@@ -309,3 +309,26 @@ def _subnet(ec2: Any, vpc_id: str, az: str, cidr: str, route_table_id: str, tags
     )["Subnet"]["SubnetId"]
     ec2.associate_route_table(RouteTableId=route_table_id, SubnetId=subnet_id)
     return subnet_id
+
+
+def register_eks_cluster(
+    endpoint_url: str, region: str, name: str, api_server_url: str, ca_pem: bytes, role_arn: str
+) -> dict[str, Any]:
+    """Create the EKS cluster in moto (through its API) and point it at the local API server, so the functions'
+    real EKS path (DescribeCluster -> endpoint + CA, then a locally minted token) reaches the emulator. moto invents
+    an endpoint and a random CA; a real cluster's are what DescribeCluster returns, so set those on moto's
+    server-side model (moto runs in this process), never on boto3."""
+    import base64
+
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.eks.models import eks_backends
+
+    eks = client("eks", endpoint_url, region)
+    ec2 = client("ec2", endpoint_url, region)
+    subnets = [s["SubnetId"] for s in ec2.describe_subnets()["Subnets"]][:2]
+    eks.create_cluster(name=name, roleArn=role_arn, resourcesVpcConfig={"subnetIds": subnets})
+    cluster = eks_backends[DEFAULT_ACCOUNT_ID][region].clusters[name]
+    cluster.endpoint = api_server_url
+    cluster.certificate_authority = {"data": base64.b64encode(ca_pem).decode()}
+    described: dict[str, Any] = eks.describe_cluster(name=name)["cluster"]
+    return described

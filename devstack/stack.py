@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,15 +20,20 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from devstack.aws import World, client, seed_world, start_moto_server
+from devstack.aws import World, client, register_eks_cluster, seed_world, start_moto_server
+from devstack.aws_faults import AwsFaultProxy
 from devstack.k8s_emulator import Emulator
+from devstack.k8s_emulator.eks_auth import EksTokenValidator
 from devstack.queues import create_queues, create_tables
 from devstack.runner import EventSourceRunner
 from devstack.template import TemplateFacts, load_template
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
-DUMMY_AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+KEY, SECRET = "testing", "testing"
+DUMMY_AWS_ENV = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+# Who the functions are on the cluster in EKS mode (their role; deploy/ binds its access-entry group).
+FUNCTIONS_PRINCIPAL = "arn:aws:iam::123456789012:role/serverless-ccm-functions"
 
 
 @dataclass
@@ -49,6 +55,16 @@ class StackConfig:
     routes: bool = False  # template EnableRoutes: the routes queue and the route reconciler
     cluster_cidrs: tuple[str, ...] = ("10.244.0.0/16",)  # the node objects' pod CIDRs are 10.244.<i>.0/24
     route_table_per_az: bool = False  # one cluster-tagged private route table per AZ instead of one
+    # Emulator only: run on the started emulator before anything talks to it (RBAC objects, tokens), and the
+    # bearer tokens of the watcher and of the functions (None: the admin token), so each can run as its own user.
+    prepare_emulator: Callable[[Emulator], None] | None = None
+    watcher_token: str | None = None
+    functions_token: str | None = None
+    # Route the Lambdas' AWS calls through devstack.aws_faults.AwsFaultProxy (Stack.aws_proxy) for chaos tests.
+    aws_fault_proxy: bool = False
+    # "eks": the functions authenticate as on EKS (DescribeCluster against moto, locally minted tokens) and the
+    # emulator serves TLS and verifies each token's signature for this cluster; "kubeconfig": a static token.
+    kube_auth: str = "kubeconfig"
 
 
 class Stack:
@@ -62,8 +78,11 @@ class Stack:
         self.tables: dict[str, str] = {}
         self.facts: TemplateFacts | None = None
         self.kubeconfig = ""
+        self.watcher_kubeconfig = ""
+        self.functions_kubeconfig = ""
         self.endpoint_url = ""
         self.watcher_health_port = 0
+        self.aws_proxy: AwsFaultProxy | None = None
         self._moto: Any = None
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -73,22 +92,42 @@ class Stack:
         for key, value in DUMMY_AWS_ENV.items():
             os.environ.setdefault(key, value)
         self._moto, self.endpoint_url = start_moto_server()
+        if cfg.aws_fault_proxy:
+            self.aws_proxy = AwsFaultProxy(self.endpoint_url).start()
         self.world = seed_world(
             self.endpoint_url, cfg.region, cfg.cluster_name, nodes=cfg.nodes, route_table_per_az=cfg.route_table_per_az
         )
         if cfg.kubeconfig:
             self.kubeconfig = cfg.kubeconfig
         else:
-            self.emulator = Emulator().start()
+            eks = cfg.kube_auth == "eks"
+            validator = EksTokenValidator(cfg.cluster_name, {KEY: SECRET}, {KEY: FUNCTIONS_PRINCIPAL}) if eks else None
+            self.emulator = Emulator(tls=eks, require_token=eks, token_validator=validator).start()
+            if eks:
+                assert self.emulator.ca_pem is not None
+                register_eks_cluster(
+                    self.endpoint_url,
+                    cfg.region,
+                    cfg.cluster_name,
+                    self.emulator.url,
+                    self.emulator.ca_pem,
+                    FUNCTIONS_PRINCIPAL,
+                )
             self.kubeconfig = self.emulator.write_kubeconfig(str(cfg.state_dir / "kubeconfig"))
+            if cfg.prepare_emulator is not None:
+                cfg.prepare_emulator(self.emulator)
             for node in self.world.node_objects():
                 node["metadata"].pop("uid", None)
                 node["metadata"].pop("resourceVersion", None)
                 self.emulator.create(node)
+        self.watcher_kubeconfig = self._kubeconfig_for("watcher", cfg.watcher_token)
+        self.functions_kubeconfig = self._kubeconfig_for("functions", cfg.functions_token)
         params: dict[str, str | int] = {
             "ClusterName": cfg.cluster_name,
             "VpcId": self.world.vpc_id,
             "DefaultLoadBalancerType": cfg.default_lb_type,
+            # Like a self-managed cluster: no other controller serves class-less Services here.
+            "ServicesWithoutClass": "claim",
         }
         if cfg.concurrency is not None:
             params["ServiceReconcilerConcurrency"] = cfg.concurrency
@@ -117,6 +156,8 @@ class Stack:
             self.runner.stop(timeout=30)
         if self.emulator is not None:
             self.emulator.stop()
+        if self.aws_proxy is not None:
+            self.aws_proxy.stop()
         if self._moto is not None:
             self._moto.stop()
 
@@ -134,7 +175,7 @@ class Stack:
                 self.watcher_health_port = probe.getsockname()[1]
         args = [
             sys.executable, "-m", "watcher",
-            "--kubeconfig", self.kubeconfig,
+            "--kubeconfig", self.watcher_kubeconfig or self.kubeconfig,
             "--services-queue-url", self.queue_urls["ServicesQueue"],
             "--nodes-queue-url", self.queue_urls["NodesQueue"],
             "--aws-endpoint-url", self.endpoint_url,
@@ -169,16 +210,24 @@ class Stack:
             proc.kill()
             return proc.wait()
 
+    def _kubeconfig_for(self, who: str, token: str | None) -> str:
+        if self.emulator is None or token is None:
+            return self.kubeconfig
+        return self.emulator.write_kubeconfig(str(self.config.state_dir / f"kubeconfig-{who}"), token=token)
+
     # -- what other processes and tests need ------------------------------------------------------------------
     def lambda_environment(self) -> dict[str, str]:
         assert self.world is not None
         return {
             **DUMMY_AWS_ENV,
-            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ENDPOINT_URL": self.aws_proxy.url if self.aws_proxy else self.endpoint_url,
             "AWS_REGION": self.config.region,
             "AWS_DEFAULT_REGION": self.config.region,
-            "KUBECONFIG": self.kubeconfig,
-            "KUBE_AUTH_MODE": "kubeconfig",
+            **(
+                {"KUBE_AUTH_MODE": "eks"}
+                if self.config.kube_auth == "eks" and self.emulator is not None
+                else {"KUBECONFIG": self.functions_kubeconfig or self.kubeconfig, "KUBE_AUTH_MODE": "kubeconfig"}
+            ),
             "CLUSTER_NAME": self.config.cluster_name,
             "VPC_ID": self.world.vpc_id,
             **self.config.extra_env,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from typing import Any
@@ -25,6 +27,13 @@ log = logging.getLogger(__name__)
 # How long the sender's own loop may go without a heartbeat: one SQS call with botocore's retries plus a full
 # backoff, with margin.
 SENDER_MAX_QUIET_SECONDS = 120.0
+
+
+def seconds_to_next_resync(now: float, period: float) -> float:
+    """Resyncs happen on wall-clock multiples of the period, not `period` after this process started: replicas
+    (and a restarted watcher) then send their SYNCs, whose deduplication ids only depend on uid/resourceVersion,
+    at the same moment, inside SQS's 5-minute deduplication window, and the reconcilers do the work once."""
+    return period - (now % period)
 
 
 def kube_api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -89,6 +98,8 @@ class Watcher:
             probe_seconds=config.sqs_probe_seconds,
             ready_window_seconds=config.sqs_ready_window_seconds,
             on_relist_needed=lambda kind: self.informers[kind].request_relist("overflow"),
+            heartbeat_seconds=config.heartbeat_seconds,
+            replica=os.environ.get("POD_NAME") or socket.gethostname(),
         )
         self._health: HealthServer | None = None
         self._stopping = threading.Event()
@@ -160,7 +171,7 @@ class Watcher:
         # Resync comes from the informer's cache of relevant Services (trimmed objects are kept for those only),
         # so it costs no API call.
         services = self.informers["Service"]
-        while not self._stopping.wait(self.config.resync_seconds):
+        while not self._stopping.wait(seconds_to_next_resync(time.time(), self.config.resync_seconds)):
             self.resync_heartbeat = time.monotonic()
             if services.synced.is_set():
                 count = services.resync()

@@ -32,6 +32,8 @@ class Config:
     # How often an idle sender proves SQS is reachable, and how stale that proof may get before /readyz fails.
     sqs_probe_seconds: float = 15.0
     sqs_ready_window_seconds: float = 60.0
+    # Heartbeat to the services queue (-> WatcherHeartbeat/WatcherLag metrics and the watcher-silence alarm).
+    heartbeat_seconds: float = 60.0
 
 
 # (flag, Config field, type, help). The env var is WATCHER_<FIELD upper-cased>.
@@ -48,6 +50,7 @@ _FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR"),
     ("--shutdown-timeout", "shutdown_timeout", float, "max seconds spent flushing to SQS on shutdown"),
     ("--watch-timeout-seconds", "watch_timeout_seconds", int, "minimum server-side timeout of one watch request"),
+    ("--heartbeat-seconds", "heartbeat_seconds", float, "heartbeat period (to the services queue); 0 = off"),
 )
 
 
@@ -76,6 +79,8 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
             parser.error(f"--{field.replace('_', '-')} (or {env_var(field)}) is required")
     if args.buffer_size < 1:
         parser.error("--buffer-size must be >= 1")
+    if args.heartbeat_seconds < 0:
+        parser.error("--heartbeat-seconds must be >= 0 (0 = off)")
     if args.resync_seconds <= 0:
         parser.error("--resync-seconds must be > 0")
     return Config(**{field: getattr(args, field) for _, field, _, _ in _FLAGS})

@@ -48,6 +48,9 @@ class Metrics:
             "Unix time of the last SendMessageBatch that delivered at least one delta",
             registry=r,
         )
+        self.heartbeats_sent = Counter(
+            "watcher_heartbeats_sent_total", "Heartbeats accepted by SQS (one per heartbeat period)", registry=r
+        )
         self.cache_entries = Gauge("watcher_cache_entries", "Objects remembered per kind", ["kind"], registry=r)
         self.synced = Gauge("watcher_synced", "1 once the initial list of the kind is done", ["kind"], registry=r)
         for kind in ("Service", "Node"):

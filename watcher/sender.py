@@ -5,6 +5,10 @@ what still fails goes back to the front of the buffer and is retried with jitter
 (a delta is never dropped silently; the bounded buffer and its relist-on-overflow take care of memory).
 Entries SQS rejects in the batch's `Failed` list are retried the same way unless SQS says it is the sender's
 fault, which no retry can fix: those are logged and counted as rejected.
+
+The same thread sends the heartbeat (ccm.messages.heartbeat_for) once per heartbeat period, so the heartbeat stops
+when the sender is wedged or SQS unreachable, which is what the "watcher silence" alarm is for. A failed heartbeat
+is not retried: the next period's one says the same.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ccm.messages import Delta
+from ccm.messages import Delta, heartbeat_for
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
 from watcher.metrics import Metrics
@@ -26,6 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH_ENTRIES = 10
 MAX_BATCH_BYTES = 256 * 1024
+ACCESS_DENIED = frozenset({"AccessDenied", "AccessDeniedException"})
 
 
 class Sender:
@@ -40,6 +45,8 @@ class Sender:
         probe_seconds: float = 15.0,
         ready_window_seconds: float = 60.0,
         on_relist_needed: Callable[[str], None] | None = None,
+        heartbeat_seconds: float = 0.0,
+        replica: str = "",
     ) -> None:
         self._sqs = sqs
         self._urls = dict(queue_urls)
@@ -49,6 +56,9 @@ class Sender:
         self._probe_seconds = probe_seconds
         self._ready_window = ready_window_seconds
         self._on_relist_needed = on_relist_needed
+        self._heartbeat_seconds = heartbeat_seconds  # 0 = no heartbeat
+        self._replica = replica
+        self._last_beat = ""  # resourceVersion (period start) of the last heartbeat attempted
         self._stop = threading.Event()
         self._drain_deadline = 0.0
         self._thread: threading.Thread | None = None
@@ -89,6 +99,7 @@ class Sender:
             self.heartbeat = time.monotonic()
             if self._stop.is_set() and (len(self._buffer) == 0 or time.monotonic() >= self._drain_deadline):
                 return
+            self._maybe_heartbeat()
             batch = self._buffer.take(MAX_BATCH_ENTRIES, timeout=0.2)
             if not batch:
                 if time.monotonic() - self._last_call >= self._probe_seconds:
@@ -190,13 +201,43 @@ class Sender:
         self.sqs_ok = True
         self._last_ok = time.monotonic()
 
+    def _maybe_heartbeat(self) -> None:
+        if self._heartbeat_seconds <= 0 or self._stop.is_set():
+            return
+        beat = heartbeat_for(self._replica, time.time(), self._heartbeat_seconds)
+        if beat.resource_version == self._last_beat:
+            return
+        self._last_beat = beat.resource_version
+        self._last_call = time.monotonic()
+        try:
+            self._sqs.send_message(
+                QueueUrl=self._urls["Service"],
+                MessageBody=beat.to_body(),
+                MessageGroupId=beat.group_id,
+                MessageDeduplicationId=beat.deduplication_id,
+            )
+        except (BotoCoreError, ClientError) as err:
+            self.sqs_ok = False
+            log.warning("heartbeat failed", extra={"error": str(err)})
+            return
+        self._mark_ok()
+        self._metrics.heartbeats_sent.inc()
+
     def _probe(self) -> None:
-        """Prove reachability while idle, so /readyz reflects SQS even when nothing changes in the cluster."""
+        """Prove reachability while idle, so /readyz reflects SQS even when nothing changes in the cluster.
+
+        The watcher's role may only send (template.yaml, WatcherRole), so SQS answering AccessDenied to this read
+        still proves the endpoint is reachable and our credentials valid; sending is proven by every heartbeat."""
         self._last_call = time.monotonic()
         try:
             for url in self._urls.values():
                 self._sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
-        except (BotoCoreError, ClientError) as err:
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") not in ACCESS_DENIED:
+                self.sqs_ok = False
+                log.warning("SQS probe failed", extra={"error": str(err)})
+                return
+        except BotoCoreError as err:
             self.sqs_ok = False
             log.warning("SQS probe failed", extra={"error": str(err)})
             return

@@ -101,6 +101,16 @@ def parse_route(path: str) -> Route | Response:
     return Route(res, namespace, name, sub, legacy_watch)
 
 
+def dry_run(req: Request, options: Obj | None = None) -> bool:
+    """``dryRun=All`` (the only value the real server knows) runs a write without persisting it. DELETE may carry
+    it in its DeleteOptions body instead (kubectl does)."""
+    values = [req.query["dryRun"]] if req.query.get("dryRun") else list((options or {}).get("dryRun") or [])
+    for value in values:
+        if value != "All":
+            raise bad_request(f"Invalid dry run value: {value}; supported values are: [All]")
+    return bool(values)
+
+
 def decode_body(req: Request) -> Any:
     if not req.body:
         return None
@@ -264,7 +274,7 @@ class Api:
         meta = body.get("metadata") or {}
         if res.namespaced and meta.get("namespace") and meta["namespace"] != route.namespace:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
-        obj = self.store.create(res, route.namespace, body)
+        obj = self.store.create(res, route.namespace, body, dry_run(req))
         return self._object_response(201, res, obj, req)
 
     def _update(self, route: Route, req: Request) -> Response:
@@ -278,6 +288,7 @@ class Api:
             lambda _cur: body,
             route.subresource,
             create_missing=res.allow_create_on_update and route.subresource is None,
+            dry_run=dry_run(req),
         )
         return self._object_response(201 if created else 200, res, obj, req)
 
@@ -325,6 +336,7 @@ class Api:
             build,
             route.subresource,
             create_missing=apply and route.subresource is None,
+            dry_run=dry_run(req),
         )
         return self._object_response(201 if created else 200, res, obj, req)
 
@@ -336,7 +348,9 @@ class Api:
         res = route.res
         assert route.name is not None
         opts = self._delete_options(req)
-        obj, removed = self.store.delete(res, route.namespace, route.name, opts.get("preconditions"))
+        obj, removed = self.store.delete(
+            res, route.namespace, route.name, opts.get("preconditions"), dry_run(req, opts)
+        )
         if not removed:
             return self._object_response(202, res, obj, req)
         if res.return_deleted_object:
@@ -353,11 +367,12 @@ class Api:
         if res.namespaced and route.namespace is None:
             raise ApiError(405, "the server does not allow this method on the requested resource")
         predicate, _ = self._filter(res, req)
+        dry = dry_run(req, self._delete_options(req))
         listed = self.store.list(res, route.namespace, predicate)
         items = []
         for item in listed["items"]:
             try:
-                obj, _ = self.store.delete(res, route.namespace, item["metadata"]["name"])
+                obj, _ = self.store.delete(res, route.namespace, item["metadata"]["name"], dry_run=dry)
             except ApiError as exc:
                 if exc.code != 404:
                     raise

@@ -6,13 +6,14 @@ import base64
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import kinds, resources
 from .api import Api
 from .errors import ApiError
 from .faults import Faults, RequestLog
+from .rbac import Rbac
 from .resources import Resource
 from .selectors import make_filter
 from .server import EmulatorHTTPServer
@@ -51,6 +52,7 @@ class Emulator:
         self.faults = Faults()
         self.request_log = RequestLog()
         self.store = Store()
+        self.rbac: Rbac | None = None  # RBAC enforcement is off until enable_rbac()
         self.stopping = False
         self._httpd: EmulatorHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -102,6 +104,11 @@ class Emulator:
     def url(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
+    @property
+    def ca_pem(self) -> bytes | None:
+        """The serving certificate (its own CA) when TLS is on: what EKS DescribeCluster would hand out."""
+        return self._cert.cert_pem if self._cert is not None else None
+
     def write_kubeconfig(self, path: str, token: str | None = "admin-token", namespace: str = "default") -> str:
         user: Obj = {"token": token} if token else {}
         cluster: Obj = {"server": self.url}
@@ -121,6 +128,12 @@ class Emulator:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(config, fh, indent=2)  # JSON is valid YAML for kubectl and the Python client
         return path
+
+    def enable_rbac(self, users: Mapping[str, Sequence[str]] | None = None) -> Rbac:
+        """Enforce RBAC from the role/binding objects in the store. ``users``: username -> groups (what an
+        authenticator such as an EKS access entry attaches); the default admin user stays a superuser."""
+        self.rbac = Rbac(self.store, {"admin": ["system:masters"], **(users or {})})
+        return self.rbac
 
     # ------------------------------------------------------------------ faults / log
 

@@ -20,6 +20,11 @@ NAME_RULES = {
     "Node": "dns1123subdomain",
     "Event": "path",
     "Lease": "dns1123subdomain",
+    # RBAC objects only need a valid path segment (names like "system:controller:x" are common).
+    "ClusterRole": "path",
+    "ClusterRoleBinding": "path",
+    "Role": "path",
+    "RoleBinding": "path",
 }
 
 # events.k8s.io/v1 field -> core/v1 field (the real server stores one type and converts).

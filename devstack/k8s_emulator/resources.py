@@ -138,9 +138,36 @@ RESOURCES: list[Resource] = [
         field_labels=_EVENT_FIELDS,
     ),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True, (), allow_create_on_update=True),
+    # Stored without controllers: enough for `kubectl apply` of deploy/ and for the RBAC authorizer (rbac.py),
+    # which reads the role and binding objects from the store.
+    Resource("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",)),
+    Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
+    Resource("apps", "v1", "deployments", "deployment", "Deployment", True, ("deploy",), has_status=True),
+    Resource(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        "PodDisruptionBudget",
+        True,
+        ("pdb",),
+        has_status=True,
+    ),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),
+    Resource(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", False
+    ),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
 ]
 
-GROUPS: list[tuple[str, str]] = [("events.k8s.io", "v1"), ("coordination.k8s.io", "v1")]
+GROUPS: list[tuple[str, str]] = [
+    ("events.k8s.io", "v1"),
+    ("coordination.k8s.io", "v1"),
+    ("apps", "v1"),
+    ("policy", "v1"),
+    ("rbac.authorization.k8s.io", "v1"),
+]
 
 
 def find(group: str, version: str, plural: str) -> Resource | None:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from . import kinds, tables
+from . import kinds, reviews, tables
 from .api import Request, Response, WatchStream
 from .errors import ApiError, status_body
 
@@ -147,9 +147,14 @@ class Handler(BaseHTTPRequestHandler):
             entry["user"] = user
             if user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            if emu.rbac is not None:
+                emu.rbac.authorize(user, self.command, url.path, query)
             injected = emu.faults.take(self.command, url.path)
             if injected is not None:
                 raise _injected(injected)
+            if self.command == "POST" and url.path == reviews.PATH:
+                self._send(reviews.review(emu, body), entry)
+                return
             req = Request(
                 self.command,
                 url.path,

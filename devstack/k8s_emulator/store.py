@@ -163,7 +163,8 @@ class Store:
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, res: Resource, namespace: str | None, obj: Obj) -> Obj:
+    def create(self, res: Resource, namespace: str | None, obj: Obj, dry_run: bool = False) -> Obj:
+        """``dry_run``: defaulting, validation and conflict checks only; nothing is stored or emitted."""
         with self.lock:
             obj = copy.deepcopy(obj)
             meta = obj.setdefault("metadata", {})
@@ -188,6 +189,8 @@ class Store:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_rfc3339()
             meta["generation"] = 1
+            if dry_run:
+                return copy.deepcopy(obj)
             self._next_rv(obj)
             self._bucket(res)[key] = obj
             self._emit("ADDED", res, obj, None)
@@ -201,6 +204,7 @@ class Store:
         build: Callable[[Obj | None], Obj],
         subresource: str | None = None,
         create_missing: bool = False,
+        dry_run: bool = False,
     ) -> tuple[Obj, bool]:
         """Read-modify-write under the lock. ``build`` gets a copy of the current object (None when
         missing) and returns the desired object. Returns (stored object, created?)."""
@@ -214,7 +218,7 @@ class Store:
                 self._check_url_identity(res, new, namespace, name)
                 if _rv_of(new):
                     raise not_found(res.plural, res.group, name)
-                return self.create(res, namespace, new), True
+                return self.create(res, namespace, new, dry_run), True
             new = build(copy.deepcopy(current))
             if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
                 raise bad_request("the request body must be a JSON object with an object metadata")
@@ -250,6 +254,8 @@ class Store:
             if stored == current:
                 # Like etcd: an update that changes nothing writes nothing (no new RV, no event).
                 return copy.deepcopy(current), False
+            if dry_run:
+                return copy.deepcopy(stored), False
             self._next_rv(stored)
             if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
                 del self._bucket(res)[key]
@@ -270,7 +276,12 @@ class Store:
         meta.setdefault("name", name)
 
     def delete(
-        self, res: Resource, namespace: str | None, name: str, preconditions: Obj | None = None
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        preconditions: Obj | None = None,
+        dry_run: bool = False,
     ) -> tuple[Obj, bool]:
         """Returns (object, removed now?). Objects with finalizers only get a deletionTimestamp."""
         with self.lock:
@@ -295,6 +306,8 @@ class Store:
                     f"Precondition failed: ResourceVersion in precondition: "
                     f"{pre['resourceVersion']}, ResourceVersion in object meta: {meta['resourceVersion']}",
                 )
+            if dry_run:
+                return copy.deepcopy(current), not meta.get("finalizers") and res.kind != "Namespace"
             if res.kind == "Namespace":
                 return self._delete_namespace(res, current)
             if meta.get("finalizers"):

@@ -102,3 +102,15 @@ def test_moto_fifo_redelivers_a_timed_out_group_oldest_first(sqs: Any) -> None:
     time.sleep(1.1)
     again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)["Messages"]
     assert [m["Body"] for m in again] == ["a0", "a1", "a2"]
+
+
+def test_services_without_class_are_ignored_on_eks_by_default_and_claimed_elsewhere():
+    def claim(**params: str) -> set[str]:
+        facts = load_template(TEMPLATE, {"ClusterName": "c", "VpcId": "vpc-1", **params})
+        return {fn.environment["SERVICES_WITHOUT_CLASS"] for fn in facts.functions.values()}
+
+    secret = {"KubeAuthMode": "kubeconfig-secret", "KubeconfigSecretArn": "arn:aws:secretsmanager:r:1:secret:k"}
+    assert claim() == {"ignore"}  # EKS: its control plane serves class-less Services itself
+    assert claim(**secret) == {"claim"}  # a self-managed cluster migrating from cloud-provider-aws
+    assert claim(ServicesWithoutClass="claim") == {"claim"}
+    assert claim(ServicesWithoutClass="ignore", **secret) == {"ignore"}

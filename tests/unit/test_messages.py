@@ -38,6 +38,23 @@ def test_node_trim_drops_images_and_heartbeats():
     assert delta.object["ready"] == "True" and delta.object["providerID"].endswith("i-0abc")
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"loadBalancerSourceRanges": ["203.0.113.0/24"]},
+        {"sessionAffinity": "ClientIP"},
+        {"loadBalancerIP": "192.0.2.10"},
+    ],
+)
+def test_service_trim_keeps_every_spec_field_the_reconciler_reads(change):
+    # The watcher drops an update whose trimmed object did not change: these changes must show in it.
+    svc = service()
+    before = messages.trim_service(svc)
+    svc["spec"].update(change)
+    after = messages.trim_service(svc)
+    assert after != before and after.items() >= change.items()
+
+
 def test_long_group_ids_are_hashed():
     long_key = "n" * 200
     assert len(messages.message_group_id(long_key)) <= 128

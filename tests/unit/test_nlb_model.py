@@ -242,7 +242,12 @@ def _config(**annotations):
 
 def test_placement_warnings_name_what_aws_fixes_at_creation():
     assert m.placement_warnings(_live_lb(), _config(), None) == []
-    assert m.placement_warnings(_live_lb(), _config(subnets="subnet-0000000b,subnet-0000000a"), ["subnet-0000000b", "subnet-0000000a"]) == []
+    assert (
+        m.placement_warnings(
+            _live_lb(), _config(subnets="subnet-0000000b,subnet-0000000a"), ["subnet-0000000b", "subnet-0000000a"]
+        )
+        == []
+    )
     (scheme,) = m.placement_warnings(_live_lb(), _config(scheme="internal"), None)
     assert "internet-facing and cannot change to internal" in scheme
     (moved,) = m.placement_warnings(_live_lb(), _config(subnets="subnet-0000000c"), ["subnet-0000000c"])
@@ -251,12 +256,18 @@ def test_placement_warnings_name_what_aws_fixes_at_creation():
 
 def test_placement_warnings_compare_addresses_only_when_aws_reports_them():
     live = _live_lb(addresses=[[{"AllocationId": "eipalloc-00000001"}], [{"AllocationId": "eipalloc-00000002"}]])
-    same = _config(subnets="subnet-0000000a,subnet-0000000b", **{"eip-allocations": "eipalloc-00000002,eipalloc-00000001"})
+    same = _config(
+        subnets="subnet-0000000a,subnet-0000000b", **{"eip-allocations": "eipalloc-00000002,eipalloc-00000001"}
+    )
     assert m.placement_warnings(live, same, ["subnet-0000000a", "subnet-0000000b"]) == []
-    other = _config(subnets="subnet-0000000a,subnet-0000000b", **{"eip-allocations": "eipalloc-00000001,eipalloc-00000009"})
+    other = _config(
+        subnets="subnet-0000000a,subnet-0000000b", **{"eip-allocations": "eipalloc-00000001,eipalloc-00000009"}
+    )
     (eips,) = m.placement_warnings(live, other, ["subnet-0000000a", "subnet-0000000b"])
-    assert "eip-allocations asks for eipalloc-00000001, eipalloc-00000009 but the NLB has eipalloc-00000001, eipalloc-00000002" in eips
-    assert m.placement_warnings(_live_lb(), other, ["subnet-0000000a", "subnet-0000000b"]) == []  # addresses not reported
+    wanted, live_eips = "eipalloc-00000001, eipalloc-00000009", "eipalloc-00000001, eipalloc-00000002"
+    assert f"eip-allocations asks for {wanted} but the NLB has {live_eips}" in eips
+    not_reported = _live_lb()
+    assert m.placement_warnings(not_reported, other, ["subnet-0000000a", "subnet-0000000b"]) == []
 
 
 def test_orphan_groups_are_reused_or_deleted():

@@ -93,6 +93,18 @@ def test_our_class_is_ours():
     assert decide(delta_for("Service", "ADDED", svc), svc, OURS).action is Action.ENSURE
 
 
+def test_class_less_services_are_left_to_the_built_in_controller_when_we_do_not_claim_them():
+    unclassed, ours = service(), service(loadBalancerClass=OURS)
+    added = delta_for("Service", "ADDED", unclassed)
+    assert decide(added, unclassed, OURS, claim_unclassed=False).action is Action.NOTHING
+    assert decide(added, unclassed, OURS, claim_unclassed=True).action is Action.ENSURE
+    assert decide(delta_for("Service", "ADDED", ours), ours, OURS, claim_unclassed=False).action is Action.ENSURE
+    # Claimed earlier (our finalizer on it), not any more: our LB goes, their status stays.
+    unclassed["metadata"]["finalizers"] = [p.FINALIZER]
+    modified = delta_for("Service", "MODIFIED", unclassed)
+    assert decide(modified, unclassed, OURS, claim_unclassed=False).action is Action.CLEANUP_FOREIGN
+
+
 def test_ingress_equality_and_backoff():
     assert ingress_equal([{"hostname": "a"}], [{"hostname": "a"}])
     assert not ingress_equal([{"hostname": "a"}], [{"hostname": "b"}])

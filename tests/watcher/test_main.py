@@ -44,6 +44,7 @@ def test_sigterm_flushes_and_exits_zero(
         "WATCHER_AWS_REGION": "us-east-1",
         "WATCHER_HEALTH_PORT": "0",
         "WATCHER_LOG_LEVEL": "DEBUG",
+        "WATCHER_HEARTBEAT_SECONDS": "0",  # only the Service's delta is expected in the queue
     }
     stderr = (tmp_path / "stderr.txt").open("w")
     proc = subprocess.Popen(

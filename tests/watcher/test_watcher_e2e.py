@@ -39,6 +39,7 @@ def make_watcher(emulator: Emulator, tmp_path: Path, sqs: Any, queues: dict[str,
             "backoff_initial": 0.05,
             "backoff_max": 0.4,
             "sqs_probe_seconds": 0.3,
+            "heartbeat_seconds": 0,  # heartbeats would add messages to the counts below; see test_heartbeat*
             **overrides,
         }
         watcher = Watcher(Config(**settings), sqs=sqs_override or sqs)

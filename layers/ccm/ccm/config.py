@@ -16,6 +16,9 @@ class Settings:
     region: str = ""
     # cloud-provider-aws's default (Classic ELB) keeps a migration drop-in; the template lets new clusters pick nlb.
     default_lb_type: str = "clb"
+    # Serve LoadBalancer Services without spec.loadBalancerClass too (self-managed clusters, migration from
+    # cloud-provider-aws). The template turns it off on EKS, whose own controller serves those.
+    claim_unclassed: bool = True
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -25,4 +28,5 @@ class Settings:
             load_balancer_class=os.environ.get("LOAD_BALANCER_CLASS") or DEFAULT_LOAD_BALANCER_CLASS,
             region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION", ""),
             default_lb_type=os.environ.get("DEFAULT_LOAD_BALANCER_TYPE") or "clb",
+            claim_unclassed=os.environ.get("SERVICES_WITHOUT_CLASS", "claim").strip().lower() != "ignore",
         )

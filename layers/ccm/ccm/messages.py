@@ -5,8 +5,8 @@ changed and carry enough (trimmed) fields to decide cheaply whether it matters. 
 
     {
       "v": 1,                               # schema version
-      "kind": "Service" | "Node",
-      "type": "ADDED" | "MODIFIED" | "DELETED" | "SYNC" | "HOSTS",
+      "kind": "Service" | "Node" | "Watcher",
+      "type": "ADDED" | "MODIFIED" | "DELETED" | "SYNC" | "HOSTS" | "HEARTBEAT",
                                              # SYNC = relist / periodic resync; HOSTS = the Service's member
                                              # nodes changed (sent by the nodes Lambda, see ccm.membership)
       "key": "<namespace>/<name>" | "<node name>",
@@ -20,7 +20,15 @@ SQS attributes: MessageGroupId = the key (per-object serialisation; hashed when 
 MessageDeduplicationId = sha256(uid/resourceVersion/type class) so that the same observation sent by a restarted
 or a second watcher collapses inside the 5-minute FIFO window. ADDED, MODIFIED and SYNC form one type class
 ("upsert"): they all mean "the object now looks like resourceVersion N" and a relisting watcher cannot tell
-which one an earlier watcher sent.
+which one an earlier watcher sent. A DELETED's id is sha256(uid/delete): a uid is deleted once, whichever RV a
+watcher saw it with.
+
+Heartbeat (kind "Watcher", type "HEARTBEAT", only on the services queue): the watcher proves it is alive once per
+heartbeat period (60 s by default) through the queue, since its role may only send to SQS. key "watcher/heartbeat"
+(its own message group), uid "heartbeat", resourceVersion = the start of the period in unix seconds, observedAt =
+when it was sent, object = {"replica": <pod name>}. The deduplication id ignores the replica, so the heartbeats of
+two replicas for the same period collapse into one. The services Lambda turns it into the WatcherHeartbeat and
+WatcherLag metrics and touches nothing else (see heartbeat_for).
 """
 
 from __future__ import annotations
@@ -36,6 +44,10 @@ import fastjsonschema
 SCHEMA_VERSION: Final = 1
 KINDS: Final = ("Service", "Node")
 EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED", "SYNC", "HOSTS")
+# Not an object kind: not in KINDS, so the watcher's per-kind buffers and every `kind == "Node"` filter skip it.
+WATCHER_KIND: Final = "Watcher"
+HEARTBEAT: Final = "HEARTBEAT"
+HEARTBEAT_KEY: Final = "watcher/heartbeat"
 MAX_GROUP_ID_LEN: Final = 128
 LB_ANNOTATION_PREFIXES: Final = ("service.beta.kubernetes.io/", "service.kubernetes.io/")
 
@@ -47,8 +59,8 @@ DELTA_SCHEMA: Final[dict[str, Any]] = {
     "additionalProperties": False,
     "properties": {
         "v": {"const": SCHEMA_VERSION},
-        "kind": {"enum": list(KINDS)},
-        "type": {"enum": list(EVENT_TYPES)},
+        "kind": {"enum": [*KINDS, WATCHER_KIND]},
+        "type": {"enum": [*EVENT_TYPES, HEARTBEAT]},
         "key": {"type": "string", "minLength": 1, "maxLength": 400, "pattern": "^[a-z0-9.:/-]+$"},
         "uid": {"type": "string", "minLength": 1, "maxLength": 64},
         "resourceVersion": {"type": "string", "minLength": 1, "maxLength": 64},
@@ -111,8 +123,11 @@ def message_group_id(key: str) -> str:
 
 
 def deduplication_id(uid: str, resource_version: str, event_type: str) -> str:
-    type_class = "delete" if event_type == "DELETED" else "upsert"
-    return hashlib.sha256(f"{uid}/{resource_version}/{type_class}".encode()).hexdigest()
+    if event_type == "DELETED":
+        # An object (uid) is deleted once, ever: the watched DELETED of one watcher replica (deletion RV) and the
+        # DELETED another one synthesises after a relist (last RV it knew) must collapse, so the RV stays out.
+        return hashlib.sha256(f"{uid}/delete".encode()).hexdigest()
+    return hashlib.sha256(f"{uid}/{resource_version}/upsert".encode()).hexdigest()
 
 
 def parse_delta(body: str) -> Delta:
@@ -125,6 +140,8 @@ def parse_delta(body: str) -> Delta:
         _validate(data)
     except fastjsonschema.JsonSchemaException as err:
         raise InvalidDelta(f"body does not match delta schema v{SCHEMA_VERSION}: {err}") from err
+    if (data["kind"] == WATCHER_KIND) != (data["type"] == HEARTBEAT):
+        raise InvalidDelta(f"type HEARTBEAT goes with kind {WATCHER_KIND} only, got {data['kind']}/{data['type']}")
     if data["kind"] == "Service" and data["key"].count("/") != 1:
         raise InvalidDelta(f"Service key must be <namespace>/<name>, got {data['key']!r}")
     return Delta(
@@ -155,10 +172,15 @@ def trim_service(svc: dict[str, Any]) -> dict[str, Any]:
             {k: p[k] for k in ("name", "protocol", "port", "nodePort") if k in p} for p in spec.get("ports") or []
         ],
     }
+    # Every spec field the reconciler reads (upstream needsUpdate compares them too): a change to one of them must
+    # change the fingerprint, or the watcher drops it as "unchanged".
     for src, dst in (
         (spec, "loadBalancerClass"),
         (spec, "externalTrafficPolicy"),
         (spec, "healthCheckNodePort"),
+        (spec, "loadBalancerSourceRanges"),
+        (spec, "sessionAffinity"),
+        (spec, "loadBalancerIP"),
         (meta, "deletionTimestamp"),
     ):
         if src.get(dst) is not None:
@@ -201,4 +223,18 @@ def delta_for(kind: str, event_type: str, obj: dict[str, Any], observed_at: floa
         resource_version=str(meta.get("resourceVersion", "")),
         observed_at=time.time() if observed_at is None else observed_at,
         object=trimmed,
+    )
+
+
+def heartbeat_for(replica: str, now: float, period_seconds: float) -> Delta:
+    """The watcher's heartbeat for the period containing `now`; equal dedup ids for every replica."""
+    period = max(1, int(period_seconds))
+    return Delta(
+        kind=WATCHER_KIND,
+        type=HEARTBEAT,
+        key=HEARTBEAT_KEY,
+        uid="heartbeat",
+        resource_version=str(int(now) // period * period),
+        observed_at=now,
+        object={"replica": replica[:253]},
     )

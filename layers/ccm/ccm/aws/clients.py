@@ -1,8 +1,14 @@
-"""boto3 clients with standard retries and exact call counting (botocore event hooks)."""
+"""boto3 clients with standard retries and exact call counting (botocore event hooks).
+
+Calls are counted on `before-call` (once per API call, whatever its retries); throttling errors on `needs-retry`,
+which botocore emits after EVERY attempt, so a throttled attempt that a retry later hid is counted too.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +21,31 @@ from ccm.aws import faults
 READ_PREFIXES = ("Describe", "Get", "List", "Query", "Scan", "BatchGet")
 # Adaptive mode adds client-side rate limiting on throttling errors, so bursts back off instead of failing.
 RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8}, connect_timeout=5, read_timeout=20)
+# The error codes botocore's retry modes treat as throttling (botocore.retries.standard), plus EC2's own; HTTP 429
+# without a known code counts too.
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+    }
+)
+
+
+def is_throttling(status_code: int, parsed: Mapping[str, Any]) -> bool:
+    code = (parsed.get("Error") or {}).get("Code")
+    return code in THROTTLING_CODES or status_code == 429
 
 
 class CallCounter:
@@ -23,12 +54,26 @@ class CallCounter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
+        self.throttles: Counter[str] = Counter()  # throttled attempts per operation
         # Per-thread view: the devstack runner runs several "Lambdas" as threads of one process.
         self._local = threading.local()
 
     def attach(self, client: Any) -> Any:
         client.meta.events.register("before-call.*.*", self._on_call)
+        client.meta.events.register("needs-retry.*.*", self._on_attempt)
         return client
+
+    def _on_attempt(self, response: Any = None, operation: Any = None, **_: Any) -> None:
+        """After each attempt; returns None so botocore's own retry handler decides about retrying."""
+        if response is None or operation is None:  # connection errors carry no response
+            return
+        http_response, parsed = response
+        if not is_throttling(http_response.status_code, parsed or {}):
+            return
+        op = f"{operation.service_model.service_name}:{operation.name}"
+        with self._lock:
+            self.throttles[op] += 1
+        self._thread_counters()[1][op] += 1
 
     def _on_call(self, model: Any, **_: Any) -> None:
         service = model.service_model.service_name
@@ -37,15 +82,22 @@ class CallCounter:
             self.calls[op] += 1
         self.thread_calls()[op] += 1
 
+    def _thread_counters(self) -> tuple[Counter[str], Counter[str]]:
+        if not hasattr(self._local, "calls"):
+            self.reset_thread()
+        return self._local.calls, self._local.throttles
+
     def thread_calls(self) -> Counter[str]:
         """Calls made by the current thread since it last called reset_thread()."""
-        if not hasattr(self._local, "calls"):
-            self._local.calls = Counter()
-        calls: Counter[str] = self._local.calls
-        return calls
+        return self._thread_counters()[0]
+
+    def thread_throttles(self) -> int:
+        """Throttled attempts (retried or not) of the current thread since it last called reset_thread()."""
+        return sum(self._thread_counters()[1].values())
 
     def reset_thread(self) -> None:
         self._local.calls = Counter()
+        self._local.throttles = Counter()
 
     def snapshot(self) -> Counter[str]:
         with self._lock:
@@ -70,6 +122,7 @@ class AwsClients:
             if service not in self._clients:
                 made = self.session.client(service, config=RETRY_CONFIG)
                 faults.attach(made)
+                _inject_latency(made)
                 self._clients[service] = self.counter.attach(made)
             return self._clients[service]
 
@@ -84,3 +137,14 @@ class AwsClients:
     @property
     def tagging(self) -> Any:
         return self.client("resourcegroupstaggingapi")
+
+
+# Bench-only knob (bench/scenarios/latency.py): sleep before every HTTP attempt, standing in for AWS's own latency
+# when the devstack's moto answers in microseconds. Unset in every deployment; the request still goes out for real.
+INJECT_LATENCY_ENV = "CCM_AWS_INJECT_LATENCY_MS"
+
+
+def _inject_latency(client: Any) -> None:
+    delay = float(os.environ.get(INJECT_LATENCY_ENV) or 0) / 1000
+    if delay > 0:
+        client.meta.events.register("before-send.*.*", lambda **_: time.sleep(delay))

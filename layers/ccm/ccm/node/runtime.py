@@ -186,6 +186,9 @@ class NodeRuntime(FifoBatchRuntime):
             metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(calls.values()))
             metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(calls))
             metrics.add_metric(
+                name="AwsThrottles", unit=MetricUnit.Count, value=self.clients.counter.thread_throttles()
+            )
+            metrics.add_metric(
                 name="NodeRecordDuration",
                 unit=MetricUnit.Milliseconds,
                 value=(time.time() - started) * 1000,

@@ -48,7 +48,7 @@ def _hint_was_ours(delta: Delta) -> bool:
     return hinted.get("type") == "LoadBalancer" or p.FINALIZER in (hinted.get("finalizers") or [])
 
 
-def decide(delta: Delta, live: KubeObject | None, our_class: str) -> Decision:
+def decide(delta: Delta, live: KubeObject | None, our_class: str, claim_unclassed: bool = True) -> Decision:
     if live is None:
         if _hint_was_ours(delta):
             return Decision(Action.DELETE_GONE, reason="object gone; deleting the load balancer of its UID")
@@ -57,7 +57,7 @@ def decide(delta: Delta, live: KubeObject | None, our_class: str) -> Decision:
     live_uid = p.meta(live).get("uid")
     previous = delta.uid if delta.uid and delta.uid != live_uid and _hint_was_ours(delta) else None
 
-    if not p.belongs_to_us(live, our_class):
+    if not p.belongs_to_us(live, our_class, claim_unclassed):
         if p.has_finalizer(live):
             return Decision(Action.CLEANUP_FOREIGN, previous, "handed to another controller; removing ours")
         return Decision(Action.NOTHING, previous, "implemented elsewhere")

@@ -36,16 +36,20 @@ def is_load_balancer_type(svc: KubeObject) -> bool:
     return spec(svc).get("type") == "LoadBalancer"
 
 
-def belongs_to_us(svc: KubeObject, our_class: str) -> bool:
-    """False for Services another controller implements (foreign loadBalancerClass, LBC annotations)."""
+def belongs_to_us(svc: KubeObject, our_class: str, claim_unclassed: bool = True) -> bool:
+    """False for Services another controller implements (foreign loadBalancerClass, LBC annotations), and for
+    class-less ones when we do not claim those (EKS: its built-in controller serves them and cannot be turned off).
+    """
     lb_class = spec(svc).get("loadBalancerClass")
     if lb_class and lb_class != our_class:
+        return False
+    if not lb_class and not claim_unclassed:
         return False
     return annotations_of(svc).get(LB_TYPE_ANNOTATION, "").strip().lower() not in FOREIGN_LB_TYPES
 
 
-def wants_load_balancer(svc: KubeObject, our_class: str) -> bool:
-    return is_load_balancer_type(svc) and belongs_to_us(svc, our_class)
+def wants_load_balancer(svc: KubeObject, our_class: str, claim_unclassed: bool = True) -> bool:
+    return is_load_balancer_type(svc) and belongs_to_us(svc, our_class, claim_unclassed)
 
 
 def needs_cleanup(svc: KubeObject) -> bool:

@@ -65,6 +65,7 @@ class ServiceReconciler:
         members: Members,
         cluster_name: str,
         our_class: str,
+        claim_unclassed: bool = True,
     ) -> None:
         self.kube = kube
         self.members = members
@@ -72,17 +73,24 @@ class ServiceReconciler:
         self.by_uid = by_uid
         self.cluster_name = cluster_name
         self.our_class = our_class
+        self.claim_unclassed = claim_unclassed
 
     def reconcile(self, delta: Delta) -> Outcome:
         namespace, name = delta.namespace_name
         live = self.kube.get_service(namespace, name)
-        decision = decide(delta, live, self.our_class)
+        decision = decide(delta, live, self.our_class, self.claim_unclassed)
         outcome = Outcome(decision.action)
         log.info("decision %s: %s", decision.action.value, decision.reason)
-        if decision.delete_previous_uid:
-            self.by_uid.delete_for_uid(decision.delete_previous_uid)
-        if decision.action is Action.DELETE_GONE:
-            self.by_uid.delete_for_uid(delta.uid)
+        try:
+            if decision.delete_previous_uid:
+                self.by_uid.delete_for_uid(decision.delete_previous_uid)
+            if decision.action is Action.DELETE_GONE:
+                self.by_uid.delete_for_uid(delta.uid)
+        except RetryError as err:  # e.g. the old LB's security group still held by its network interfaces
+            raise SyncFailed(str(err), retry_after=err.delay_seconds) from err
+        except Exception as err:
+            # No live object of that UID to put an event on; the queue retries with the usual backoff.
+            raise SyncFailed(f"deleting the load balancer of an earlier UID: {err}") from err
         if live is None or decision.action is Action.NOTHING or decision.action is Action.DELETE_GONE:
             return outcome
         try:
@@ -121,6 +129,12 @@ class ServiceReconciler:
         if not p.has_finalizer(svc):
             # Before any cloud call: a delete racing the creation must find the finalizer and clean up.
             svc = self.kube.set_finalizers(svc, [*(p.meta(svc).get("finalizers") or []), p.FINALIZER])
+        # Register before reading the members: a node change after this point finds the Service registered and
+        # sends it a host update; one before it is in the table when we read (the updater tells again after
+        # storing). Registering after the ensure left targets stale when a node left in between (chaos test).
+        registered = register or not current_ingress
+        if registered:
+            self.members.register(svc, first_time=not current_ingress)
         nodes = self.members.for_service(svc)
         if not nodes:
             self._event(
@@ -137,10 +151,9 @@ class ServiceReconciler:
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
         self._write_status(svc, status.to_api().get("ingress", []), outcome)
-        if register or outcome.status_written:
-            # Only when the Service changed: a no-op resync writes nothing anywhere. Its first status write means
-            # its first successful reconcile: nothing registered yet, no read needed.
-            self.members.register(svc, first_time=outcome.status_written and not current_ingress)
+        if not registered and outcome.status_written:
+            # Only when the Service changed: a no-op resync writes nothing anywhere.
+            self.members.register(svc)
 
     # -- node-driven host update (UpdateLoadBalancer) ------------------------------------------------------------
     def _update_hosts(self, svc: KubeObject, outcome: Outcome) -> None:
@@ -153,6 +166,8 @@ class ServiceReconciler:
             self.balancer.update_load_balancer(self.cluster_name, svc, nodes)
         except ImplementedElsewhere:
             return
+        except (InvalidServiceConfig, RetryError):
+            raise  # bad input is a Warning without retries; a RetryError keeps its delay (see reconcile)
         except Exception as err:
             names = [n["metadata"]["name"] for n in nodes]
             shown = ", ".join(names[:20]) + (f", <{len(names) - 20} more>" if len(names) > 20 else "")

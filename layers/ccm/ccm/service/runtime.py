@@ -28,7 +28,7 @@ from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
-from ccm.messages import InvalidDelta, parse_delta
+from ccm.messages import HEARTBEAT, Delta, InvalidDelta, parse_delta
 from ccm.service.decisions import backoff_seconds
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
 
@@ -63,6 +63,7 @@ class ServiceRuntime(FifoBatchRuntime):
             MemberNodes(kube, store),
             settings.cluster_name,
             settings.load_balancer_class,
+            settings.claim_unclassed,
         )
 
     def handle_record(self, record: SQSRecord) -> None:
@@ -75,6 +76,9 @@ class ServiceRuntime(FifoBatchRuntime):
             metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
             self.defer(record.message_id, 0)
             raise
+        if delta.type == HEARTBEAT:
+            self.on_heartbeat(delta, started)
+            return
         not_before = float(delta.object.get("notBefore", 0)) if delta.type == "HOSTS" else 0.0
         if not_before > started:
             # A host update waits for the end of its coalescing bucket (ccm.membership.updater); meanwhile every
@@ -103,6 +107,9 @@ class ServiceRuntime(FifoBatchRuntime):
             metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(calls.values()))
             metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(calls))
             metrics.add_metric(
+                name="AwsThrottles", unit=MetricUnit.Count, value=self.clients.counter.thread_throttles()
+            )
+            metrics.add_metric(
                 name="ReconcileDuration",
                 unit=MetricUnit.Milliseconds,
                 value=(time.time() - started) * 1000,
@@ -122,6 +129,20 @@ class ServiceRuntime(FifoBatchRuntime):
         logger.info(
             "reconciled",
             extra={"action": outcome.action.value, "status_written": outcome.status_written, "calls": dict(calls)},
+        )
+
+    @staticmethod
+    def on_heartbeat(delta: Delta, started: float) -> None:
+        """The watcher is alive; WatcherLag = its send time to now (queue backlog + ESM pickup). No Kubernetes or
+        AWS call: the alarm on a missing WatcherHeartbeat must not depend on anything but the pipeline itself."""
+        metrics.add_metric(name="WatcherHeartbeat", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(
+            name="WatcherLag",
+            unit=MetricUnit.Milliseconds,
+            value=max(0.0, (started - delta.observed_at) * 1000),
+        )
+        logger.debug(
+            "watcher heartbeat", extra={"replica": delta.object.get("replica"), "period": delta.resource_version}
         )
 
 

@@ -1,0 +1,258 @@
+"""IAM: what each role must (and must not) be allowed, probed with iam:SimulatePrincipalPolicy.
+
+The table mirrors the calls the code makes (`ccm/aws/*`, the handlers, the watcher's sender) and the tag conditions
+of template.yaml: a mutating ELB/EC2 call is probed twice, WITH the cluster tag in the request/resource context
+(must be allowed) and WITHOUT it (must be denied: least privilege). One simulation request per (resource, context)
+pair; `evaluate` is pure and turns the decisions into findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ccm.aws.names import cluster_tag_key
+from ccm.doctor.facts import RoleFacts, RoleKind
+from ccm.doctor.findings import Finding, fail, ok, unknown, warn
+
+REQUEST_TAG, RESOURCE_TAG, CREATE_SG, NONE = "request-tag", "resource-tag", "create-sg-tagged", "untagged"
+
+LB, TG, LISTENER, SG, VPC, ROUTE_TABLE, INSTANCE = (
+    "lb",
+    "tg",
+    "listener",
+    "sg",
+    "vpc",
+    "route-table",
+    "instance",
+)
+SERVICES_QUEUE, NODES_QUEUE, ROUTES_QUEUE, TABLE, CLUSTER, ANY = (
+    "services-queue",
+    "nodes-queue",
+    "routes-queue",
+    "membership-table",
+    "cluster",
+    "*",
+)
+
+
+@dataclass(frozen=True)
+class Probe:
+    role: RoleKind
+    action: str
+    resource: str  # a placeholder above, resolved by `Arns`
+    context: str = NONE
+    allowed: bool = True  # expected decision
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.action, self.resource, self.context)
+
+
+def _both(role: RoleKind, action: str, resource: str, context: str) -> list[Probe]:
+    """A tag-conditioned write: allowed with the cluster tag, denied without it."""
+    return [Probe(role, action, resource, context), Probe(role, action, resource, NONE, allowed=False)]
+
+
+ELB = "elasticloadbalancing:"
+PROBES: tuple[Probe, ...] = (
+    # service reconciler: ELB (NLB + Classic) and security groups, tag-scoped
+    *_both("services", ELB + "CreateLoadBalancer", LB, REQUEST_TAG),
+    *_both("services", ELB + "CreateTargetGroup", TG, REQUEST_TAG),
+    *_both("services", ELB + "DeleteLoadBalancer", LB, RESOURCE_TAG),
+    # adoption: our UID tag on a cluster-tagged LB that cloud-provider-aws made
+    *_both("services", ELB + "AddTags", LB, RESOURCE_TAG),
+    *(
+        Probe("services", ELB + action, resource, RESOURCE_TAG)
+        for action, resource in (
+            ("CreateListener", LB),
+            ("ModifyListener", LISTENER),
+            ("DeleteListener", LISTENER),
+            ("DeleteTargetGroup", TG),
+            ("ModifyTargetGroup", TG),
+            ("ModifyTargetGroupAttributes", TG),
+            ("ModifyLoadBalancerAttributes", LB),
+            ("RegisterTargets", TG),
+            ("DeregisterTargets", TG),
+            ("SetSecurityGroups", LB),
+            ("RegisterInstancesWithLoadBalancer", LB),
+            ("DeregisterInstancesFromLoadBalancer", LB),
+            ("CreateLoadBalancerListeners", LB),
+            ("ConfigureHealthCheck", LB),
+        )
+    ),
+    *_both("services", "ec2:CreateSecurityGroup", SG, REQUEST_TAG),
+    Probe("services", "ec2:CreateSecurityGroup", VPC),
+    Probe("services", "ec2:CreateTags", SG, CREATE_SG),
+    *_both("services", "ec2:AuthorizeSecurityGroupIngress", SG, RESOURCE_TAG),
+    Probe("services", "ec2:RevokeSecurityGroupIngress", SG, RESOURCE_TAG),
+    Probe("services", "ec2:DeleteSecurityGroup", SG, RESOURCE_TAG),
+    *(
+        Probe("services", action, ANY)
+        for action in (
+            ELB + "DescribeLoadBalancers",
+            ELB + "DescribeTargetGroups",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeRouteTables",
+            "ec2:DescribeSecurityGroups",
+            "ec2:DescribeInstances",
+            "tag:GetResources",
+        )
+    ),
+    Probe("services", "dynamodb:Query", TABLE),
+    Probe("services", "sqs:ChangeMessageVisibility", SERVICES_QUEUE),
+    Probe("services", "eks:DescribeCluster", CLUSTER),
+    # nodes Lambda: reads instances, membership table, HOSTS messages to the services queue
+    Probe("nodes", "ec2:DescribeInstances", ANY),
+    Probe("nodes", "dynamodb:PutItem", TABLE),
+    Probe("nodes", "sqs:SendMessage", SERVICES_QUEUE),
+    Probe("nodes", "sqs:ChangeMessageVisibility", NODES_QUEUE),
+    Probe("nodes", "eks:DescribeCluster", CLUSTER),
+    Probe("nodes", "ec2:TerminateInstances", INSTANCE, RESOURCE_TAG, allowed=False),
+    # route reconciler (EnableRoutes=true)
+    *_both("routes", "ec2:CreateRoute", ROUTE_TABLE, RESOURCE_TAG),
+    Probe("routes", "ec2:ReplaceRoute", ROUTE_TABLE, RESOURCE_TAG),
+    Probe("routes", "ec2:DeleteRoute", ROUTE_TABLE, RESOURCE_TAG),
+    *_both("routes", "ec2:ModifyInstanceAttribute", INSTANCE, RESOURCE_TAG),
+    Probe("routes", "ec2:DescribeRouteTables", ANY),
+    Probe("routes", "sqs:ChangeMessageVisibility", ROUTES_QUEUE),
+    # sweeper: deletes only what is cluster-owned; reads; re-enqueues drifted Services
+    *_both("sweeper", ELB + "DeleteLoadBalancer", LB, RESOURCE_TAG),
+    Probe("sweeper", ELB + "DeleteTargetGroup", TG, RESOURCE_TAG),
+    *_both("sweeper", "ec2:DeleteSecurityGroup", SG, RESOURCE_TAG),
+    Probe("sweeper", "ec2:RevokeSecurityGroupIngress", SG, RESOURCE_TAG),
+    Probe("sweeper", ELB + "DescribeListeners", ANY),
+    Probe("sweeper", "tag:GetResources", ANY),
+    Probe("sweeper", "sqs:SendMessage", SERVICES_QUEUE),
+    Probe("sweeper", "eks:DescribeCluster", CLUSTER),
+    Probe("sweeper", ELB + "CreateLoadBalancer", LB, REQUEST_TAG, allowed=False),
+    # watcher: send deltas, nothing else
+    Probe("watcher", "sqs:SendMessage", SERVICES_QUEUE),
+    Probe("watcher", "sqs:SendMessage", NODES_QUEUE),
+    Probe("watcher", "sqs:ReceiveMessage", SERVICES_QUEUE, allowed=False),
+    Probe("watcher", "sqs:DeleteQueue", SERVICES_QUEUE, allowed=False),
+    Probe("watcher", ELB + "DeleteLoadBalancer", LB, RESOURCE_TAG, allowed=False),
+)
+
+
+@dataclass(frozen=True)
+class Arns:
+    """Resolves the placeholders for one account; a placeholder without a known ARN drops its probes."""
+
+    partition: str
+    region: str
+    account: str
+    cluster: str
+    vpc_id: str = ""
+    queues: tuple[tuple[str, str], ...] = ()  # (placeholder, queue ARN)
+    table_arn: str = ""
+
+    def resolve(self, placeholder: str) -> str | None:
+        p, r, a = self.partition, self.region, self.account
+        fixed = {
+            ANY: "*",
+            LB: f"arn:{p}:elasticloadbalancing:{r}:{a}:loadbalancer/net/doctor-probe/0123456789abcdef",
+            TG: f"arn:{p}:elasticloadbalancing:{r}:{a}:targetgroup/doctor-probe/0123456789abcdef",
+            LISTENER: f"arn:{p}:elasticloadbalancing:{r}:{a}:listener/net/doctor-probe/0123456789abcdef/0123456789ab",
+            SG: f"arn:{p}:ec2:{r}:{a}:security-group/sg-0doctorprobe",
+            ROUTE_TABLE: f"arn:{p}:ec2:{r}:{a}:route-table/rtb-0doctorprobe",
+            INSTANCE: f"arn:{p}:ec2:{r}:{a}:instance/i-0doctorprobe",
+            CLUSTER: f"arn:{p}:eks:{r}:{a}:cluster/{self.cluster}",
+            VPC: f"arn:{p}:ec2:{r}:{a}:vpc/{self.vpc_id}" if self.vpc_id else "",
+            TABLE: self.table_arn,
+        }
+        fixed.update(self.queues)
+        return fixed.get(placeholder) or None
+
+
+def context_entries(context: str, cluster: str) -> list[dict[str, object]]:
+    """ContextEntries for SimulatePrincipalPolicy: the cluster tag on the request or on the resource."""
+
+    def entry(key: str, value: str) -> dict[str, object]:
+        return {"ContextKeyName": key, "ContextKeyValues": [value], "ContextKeyType": "string"}
+
+    tag = cluster_tag_key(cluster)
+    if context == REQUEST_TAG:
+        return [entry(f"aws:RequestTag/{tag}", "owned"), entry("aws:TagKeys", tag)]
+    if context == RESOURCE_TAG:
+        return [entry(f"aws:ResourceTag/{tag}", "owned"), entry(f"ec2:ResourceTag/{tag}", "owned")]
+    if context == CREATE_SG:
+        return [entry(f"aws:RequestTag/{tag}", "owned"), entry("ec2:CreateAction", "CreateSecurityGroup")]
+    return []
+
+
+def probes_for(kind: RoleKind, arns: Arns) -> list[tuple[Probe, str]]:
+    """The probes of a role with their resolved resource ARN (probes of unknown resources left out)."""
+    return [(p, arn) for p in PROBES if p.role == kind and (arn := arns.resolve(p.resource))]
+
+
+def requests(kind: RoleKind, arns: Arns) -> list[tuple[str, str, list[str]]]:
+    """Simulation requests: (resource ARN, context, actions), one per distinct (resource, context)."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for probe, arn in probes_for(kind, arns):
+        actions = grouped.setdefault((arn, probe.context), [])
+        if probe.action not in actions:
+            actions.append(probe.action)
+    return [(arn, context, actions) for (arn, context), actions in grouped.items()]
+
+
+def evaluate(role: RoleFacts, arns: Arns) -> list[Finding]:
+    """Compare the simulated decisions with the table: missing permission = fail, excess permission = warn."""
+    check = f"iam.{role.kind}"
+    if role.error:
+        return [
+            unknown(
+                check,
+                f"could not simulate the policies of {role.arn}: {role.error}",
+                "run the doctor with a principal allowed iam:SimulatePrincipalPolicy on the stack's roles",
+            )
+        ]
+    missing, excess, unsimulated = [], [], []
+    for probe, arn in probes_for(role.kind, arns):
+        decision = role.decisions.get((probe.action, arn, probe.context))
+        if decision is None:
+            unsimulated.append(probe.action)
+        elif probe.allowed and decision != "allowed":
+            missing.append(_describe(probe, decision))
+        elif not probe.allowed and decision == "allowed":
+            excess.append(_describe(probe, decision))
+    findings: list[Finding] = []
+    if missing:
+        findings.append(
+            fail(
+                check,
+                f"{role.arn} lacks: {'; '.join(missing)}",
+                "deploy the stack's template unchanged (sam deploy); a permissions boundary or SCP may deny too",
+            )
+        )
+    if excess:
+        findings.append(
+            warn(check, f"{role.arn} is allowed more than it needs: {'; '.join(excess)}", "remove the broader grant")
+        )
+    if unsimulated:
+        findings.append(unknown(check, f"no decision for {', '.join(sorted(set(unsimulated)))}"))
+    if not findings:
+        n = len(probes_for(role.kind, arns))
+        findings.append(ok(check, f"{role.arn}: {n} simulated permissions as expected (tag conditions included)"))
+    return findings
+
+
+def _describe(probe: Probe, decision: str) -> str:
+    where = {NONE: " untagged", REQUEST_TAG: " with the cluster tag in the request", RESOURCE_TAG: " when tagged"}
+    return f"{probe.action}{where.get(probe.context, ' (' + probe.context + ')')} -> {decision}"
+
+
+def missing_role_findings(kinds: Iterable[RoleKind]) -> list[Finding]:
+    fixes = {
+        "watcher": "pass --watcher-role-arn (the IRSA / Pod Identity role of the watcher's ServiceAccount)",
+    }
+    # The watcher's role may live outside the stack (IRSA / Pod Identity made by the cluster's owners): unchecked,
+    # not failed. A missing function role means the stack is not (fully) deployed.
+    return [
+        (warn if kind == "watcher" else fail)(
+            f"iam.{kind}",
+            f"the {kind} role was not found in the stack's outputs or resources",
+            fixes.get(kind, "deploy the stack (sam deploy) and pass --stack with its name"),
+        )
+        for kind in kinds
+    ]

@@ -1,0 +1,240 @@
+"""Sweeper decisions as pure functions over plain data: which cluster-tagged resources are orphans, and what to do
+with each one this run (remember it, wait, delete it, or forget it).
+
+A resource is ours only if it carries `kubernetes.io/cluster/<name>=owned`, a service-name tag AND our
+`serverless-ccm/service-uid` tag (we put it on everything we create, and on what we adopt): node security groups,
+anything else merely tagged for the cluster, and load balancers of another controller (cloud-provider-aws, or the
+one EKS runs in its control plane for class-less Services, which tags like us but never with our UID tag) are never
+considered. It is owned by the Service named by its tags, of that UID. Orphan reasons, in order:
+
+| reason            | when                                                                                |
+|-------------------|-------------------------------------------------------------------------------------|
+| service-gone      | no Service of that namespace/name                                                   |
+| uid-mismatch      | the Service was re-created (another UID): the resource belongs to its predecessor   |
+| (kept) cleanup-pending | the Service still carries our finalizer and needs cleanup: the reconciler's job |
+| service-deleting  | the Service is being deleted and our finalizer is already gone                      |
+| not-load-balancer | the Service is no longer type LoadBalancer                                          |
+| other-controller  | the Service now belongs to another controller (loadBalancerClass, LBC annotations)  |
+| (kept) config-invalid | its annotations do not parse: we cannot tell what it wants, so nothing goes     |
+| wrong-kind        | a CLB while the Service wants an NLB (or the reverse; target groups are NLB-only)   |
+| unreferenced      | a target group no listener of the live NLB forwards to, or a security group the live |
+|                   | LB does not carry (health-check replacement, switch to bring-your-own groups)        |
+| (kept) lb-pending | a target group or group of a Service whose LB does not exist (yet): drift repair     |
+
+Grace: an orphan is deleted only once it has been an orphan, continuously, for `grace` seconds (first sight is
+remembered in the membership table, see docs/sweeper.md) AND, when AWS reports a creation time, was created more
+than `grace` seconds ago. A resource that stops being an orphan is forgotten, so a later orphaning starts afresh.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from ccm.aws import clb_model, names
+from ccm.aws import nlb_model as nm
+from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, KubeObject
+from ccm.service import predicates as p
+from ccm.service.annotations import parse_load_balancer_config
+from ccm.service.lbconfig import LbType, LoadBalancerConfig
+
+
+class Kind(enum.StrEnum):
+    NLB = "nlb"
+    CLB = "clb"
+    TARGET_GROUP = "targetgroup"
+    SECURITY_GROUP = "securitygroup"
+
+
+# Dependencies first: an LB (its listeners go with it) before its target groups, groups last.
+DELETE_ORDER: Final = {Kind.NLB: 0, Kind.CLB: 0, Kind.TARGET_GROUP: 1, Kind.SECURITY_GROUP: 2}
+LOAD_BALANCERS: Final = frozenset({Kind.NLB, Kind.CLB})
+OWNED: Final = "owned"
+
+
+class Action(enum.StrEnum):
+    KEEP = "keep"  # not an orphan
+    MARK = "mark"  # an orphan seen for the first time: remember when
+    WAIT = "wait"  # an orphan inside its grace period
+    DELETE = "delete"  # an orphan past its grace period
+    UNMARK = "unmark"  # was an orphan, is not any more: forget it
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One cluster-tagged AWS resource as the inventory read it. `id` is what the delete call takes (ARN for ELBv2,
+    name for a CLB, group id for a security group); `key` (the ARN) identifies it in the first-sight memory."""
+
+    kind: Kind
+    key: str
+    id: str
+    name: str
+    tags: Mapping[str, str]
+    created: float | None = None  # unix seconds; AWS reports it for load balancers only
+    dns_name: str = ""
+    security_groups: frozenset[str] = frozenset()  # load balancers: the groups they carry
+    listeners: tuple[nm.ObservedListener, ...] = ()  # NLB
+    clb: clb_model.ObservedCLB | None = None  # CLB: listeners, health check, groups
+    target_group: nm.ObservedTargetGroup | None = None  # target group: name, protocol, port, health check
+
+    @property
+    def forwards_to(self) -> frozenset[str]:
+        return frozenset(ls.target_group_arn for ls in self.listeners if ls.target_group_arn)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    key: str  # namespace/name
+    uid: str | None  # None: not tagged (cloud-provider-aws resources)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    resource: Resource
+    owner: Owner
+    orphan: bool
+    reason: str
+    action: Action
+    since: float | None = None  # first seen as an orphan (MARK: now)
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What a live Service wants, when it wants a load balancer from us and its configuration parses."""
+
+    service: KubeObject
+    config: LoadBalancerConfig
+    lb_name: str
+
+    @property
+    def kind(self) -> Kind:
+        return Kind.NLB if self.config.lb_type == "nlb" else Kind.CLB
+
+
+@dataclass(slots=True)
+class View:
+    """The live state a run decides on: Services by key, our resources, and LBs by name."""
+
+    services: dict[str, KubeObject]
+    resources: list[Resource]
+    lbs_by_name: dict[str, list[Resource]] = field(default_factory=dict)
+    claim_unclassed: bool = True  # Settings.claim_unclassed: do class-less Services belong to us?
+
+    def __post_init__(self) -> None:
+        for r in self.resources:
+            if r.kind in LOAD_BALANCERS:
+                self.lbs_by_name.setdefault(r.name, []).append(r)
+
+    def lb(self, name: str, kind: Kind | None = None) -> Resource | None:
+        return next((r for r in self.lbs_by_name.get(name, []) if kind is None or r.kind is kind), None)
+
+
+def cluster_owned(tags: Mapping[str, str], cluster_name: str) -> bool:
+    return tags.get(names.cluster_tag_key(cluster_name)) == OWNED
+
+
+def owner_of(resource: Resource, cluster_name: str) -> Owner | None:
+    """The owning Service, or None when the resource is not ours to judge (no owned cluster tag, no Service tag)."""
+    if not cluster_owned(resource.tags, cluster_name):
+        return None
+    key, uid = resource.tags.get(names.SERVICE_NAME_TAG, ""), resource.tags.get(names.SERVICE_UID_TAG, "")
+    if key.count("/") != 1 or not uid:
+        return None  # not made (nor adopted) by us: another controller's, whatever its cluster tag says
+    return Owner(key, uid)
+
+
+def services_by_key(services: Iterable[KubeObject]) -> dict[str, KubeObject]:
+    return {f"{p.meta(s).get('namespace')}/{p.meta(s).get('name')}": s for s in services}
+
+
+def cleanup_pending(svc: KubeObject, our_class: str, claim_unclassed: bool = True) -> bool:
+    """The reconciler still owes this Service a cleanup (its DELETE/CLEANUP path runs on the next delta)."""
+    return p.has_finalizer(svc) and (
+        p.meta(svc).get("deletionTimestamp") is not None or not p.wants_load_balancer(svc, our_class, claim_unclassed)
+    )
+
+
+def wanted(svc: KubeObject, our_class: str, default_lb_type: LbType, claim_unclassed: bool = True) -> Wanted | None:
+    """What the Service wants from us, or None when it wants nothing (or its configuration does not parse)."""
+    if p.meta(svc).get("deletionTimestamp") is not None or not p.wants_load_balancer(svc, our_class, claim_unclassed):
+        return None
+    try:
+        config = parse_load_balancer_config(svc, default_lb_type=default_lb_type)
+    except (InvalidServiceConfig, ImplementedElsewhere):
+        return None
+    return Wanted(svc, config, names.load_balancer_name(str(p.meta(svc).get("uid", ""))))
+
+
+def orphan_reason(
+    resource: Resource, owner: Owner, view: View, our_class: str, default_lb_type: LbType
+) -> tuple[bool, str]:
+    """(orphan?, reason) for one resource; see the module table."""
+    svc = view.services.get(owner.key)
+    if svc is None:
+        return True, "service-gone"
+    uid = str(p.meta(svc).get("uid", ""))
+    lb_name = names.load_balancer_name(uid)
+    if owner.uid is not None and owner.uid != uid:
+        return True, "uid-mismatch"
+    if owner.uid is None and resource.kind in LOAD_BALANCERS and resource.name != lb_name:
+        return True, "uid-mismatch"
+    if cleanup_pending(svc, our_class, view.claim_unclassed):
+        return False, "cleanup-pending"
+    if p.meta(svc).get("deletionTimestamp") is not None:
+        return True, "service-deleting"
+    if not p.is_load_balancer_type(svc):
+        return True, "not-load-balancer"
+    if not p.belongs_to_us(svc, our_class, view.claim_unclassed):
+        return True, "other-controller"
+    want = wanted(svc, our_class, default_lb_type, view.claim_unclassed)
+    if want is None:
+        return False, "config-invalid"
+    if resource.kind in LOAD_BALANCERS:
+        return (True, "wrong-kind") if resource.kind is not want.kind else (False, "in-use")
+    if resource.kind is Kind.TARGET_GROUP:
+        if want.kind is not Kind.NLB:
+            return True, "wrong-kind"
+        lb = view.lb(lb_name, Kind.NLB)
+        if lb is None:
+            return False, "lb-pending"
+        return (False, "in-use") if resource.key in lb.forwards_to else (True, "unreferenced")
+    lb = view.lb(lb_name, want.kind) or view.lb(lb_name)
+    if lb is None:
+        return False, "lb-pending"
+    return (False, "in-use") if resource.id in lb.security_groups else (True, "unreferenced")
+
+
+def decide(
+    view: View,
+    marks: Mapping[str, float],
+    now: float,
+    grace_seconds: float,
+    cluster_name: str,
+    our_class: str,
+    default_lb_type: LbType,
+) -> list[Decision]:
+    """One decision per resource that is ours to judge (see owner_of), in deletion order."""
+    decisions: list[Decision] = []
+    for resource in view.resources:
+        owner = owner_of(resource, cluster_name)
+        if owner is None:
+            continue
+        orphan, reason = orphan_reason(resource, owner, view, our_class, default_lb_type)
+        since = marks.get(resource.key)
+        if not orphan:
+            action = Action.UNMARK if since is not None else Action.KEEP
+        elif since is None:
+            action, since = Action.MARK, now
+        else:
+            old_enough = resource.created is None or now - resource.created >= grace_seconds
+            action = Action.DELETE if now - since >= grace_seconds and old_enough else Action.WAIT
+        decisions.append(Decision(resource, owner, orphan, reason, action, since))
+    return sorted(decisions, key=lambda d: (DELETE_ORDER[d.resource.kind], d.resource.key))
+
+
+def forgotten(marks: Mapping[str, float], decisions: Iterable[Decision]) -> list[str]:
+    """Remembered orphans no longer judged (deleted by someone, or no longer ours to judge): drop their memory."""
+    present = {d.resource.key for d in decisions}
+    return sorted(k for k in marks if k not in present)

@@ -1,0 +1,253 @@
+"""One sweeper run (a scheduled Lambda): read, decide (pure), act, and report every decision.
+
+Order matters: AWS is read BEFORE the Services are listed. A resource in the inventory was created by a reconcile
+of a Service that existed at that moment, so that Service (unless deleted since) is in the later list: a Service
+being created right now can never look like the missing owner of its own new LB. Kubernetes: one (paginated) LIST
+of Services per run, plus one Event per action taken.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from kubernetes import client
+
+from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.security_groups import SecurityGroups
+from ccm.batch import PerEnvironment
+from ccm.config import Settings
+from ccm.contracts import KubeObject
+from ccm.k8s.kube import Kube
+from ccm.service.lbconfig import LbType
+from ccm.sweeper import drift as d
+from ccm.sweeper import model as m
+from ccm.sweeper.actions import Actions, Deleted
+from ccm.sweeper.inventory import Inventory
+from ccm.sweeper.store import OrphanMarks
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "sweeper")
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SweeperSettings:
+    base: Settings
+    services_queue_url: str
+    table: str
+    dry_run: bool = False
+    grace_seconds: float = 1800.0
+
+    @classmethod
+    def from_env(cls) -> SweeperSettings:
+        return cls(
+            base=Settings.from_env(),
+            services_queue_url=os.environ["SERVICES_QUEUE_URL"],
+            table=os.environ.get("SWEEPER_TABLE") or os.environ["MEMBERSHIP_TABLE"],
+            dry_run=os.environ.get("SWEEPER_DRY_RUN", "false").strip().lower() in ("1", "true", "yes"),
+            grace_seconds=60.0 * float(os.environ.get("SWEEPER_GRACE_MINUTES") or 30),
+        )
+
+    @property
+    def default_lb_type(self) -> LbType:
+        return "nlb" if self.base.default_lb_type == "nlb" else "clb"
+
+
+@dataclass(slots=True)
+class RunReport:
+    dry_run: bool
+    orphans: int = 0
+    deleted: int = 0
+    in_use: int = 0
+    marked: int = 0
+    requeued: int = 0
+    stale_node_rules: int = 0
+    failed: int = 0
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    aws_calls: dict[str, int] = field(default_factory=dict)
+    kube_calls: int = 0
+
+
+class ServiceLister:
+    """The one Kubernetes read of a run: every Service, paginated, as plain JSON."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.calls = 0
+
+    def list_services(self, page_size: int = 500) -> list[KubeObject]:
+        items: list[KubeObject] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            self.calls += 1
+            response: Any = self.core.list_service_for_all_namespaces(**kwargs)
+            page = json.loads(response.data)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+
+class Sweeper:
+    def __init__(
+        self,
+        settings: SweeperSettings,
+        kube: Kube,
+        lister: ServiceLister,
+        clients: AwsClients,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.lister = lister
+        self.clients = clients
+        self.clock = clock
+        base = settings.base
+        self.groups = SecurityGroups(clients, base.vpc_id, base.cluster_name)
+        self.inventory = Inventory(clients, base.cluster_name)
+        self.actions = Actions(clients, self.groups, base.cluster_name, settings.services_queue_url)
+        self.marks = OrphanMarks(settings.table, clients)
+
+    def run(self) -> RunReport:
+        s, base = self.settings, self.settings.base
+        report = RunReport(dry_run=s.dry_run)
+        self.clients.counter.reset_thread()
+        kube_before = self.lister.calls
+        now = self.clock()
+        resources = self.inventory.read()  # before the Services: see the module docstring
+        view = m.View(m.services_by_key(self.lister.list_services()), resources, claim_unclassed=base.claim_unclassed)
+        marks = self.marks.load()
+        decisions = m.decide(
+            view, marks, now, s.grace_seconds, base.cluster_name, base.load_balancer_class, s.default_lb_type
+        )
+        for key in m.forgotten(marks, decisions):
+            self.marks.forget(key)
+        for decision in decisions:
+            try:
+                self._act(decision, view, report)
+            except Exception:  # one refused delete must not stop the others, nor drift repair
+                logger.exception("sweeper action failed", extra={"id": decision.resource.id})
+                report.failed += 1
+        if not s.dry_run:
+            report.stale_node_rules = len(self.groups.revoke_stale_node_rules(lambda n: self._live_lbs(n, view)))
+        candidates = d.missing_candidates(view, base.load_balancer_class, s.default_lb_type)
+        present = self.inventory.existing_lb_names(name for _, name in candidates) if candidates else set()
+        missing = {name for _, name in candidates} - present
+        drifts = d.find_drift(
+            view,
+            missing,
+            now,
+            s.grace_seconds,
+            base.cluster_name,
+            base.vpc_id,
+            base.load_balancer_class,
+            s.default_lb_type,
+        )
+        for drift in drifts:
+            reason = "; ".join(drift.reasons)
+            logger.info("drift", extra={"owner": drift.key, "reason": reason, "action": "requeue"})
+            self._event(drift.service, "Warning", "DriftRepaired", f"load balancer drifted ({reason}); re-syncing")
+        report.requeued = self.actions.requeue(drifts, now) if drifts else 0
+        report.aws_calls = dict(self.clients.counter.thread_calls())
+        report.kube_calls = self.lister.calls - kube_before
+        self._metrics(report)
+        logger.info(
+            "sweep done",
+            extra={k: v for k, v in vars_of(report).items() if k != "decisions"},
+        )
+        if report.failed:
+            raise RuntimeError(f"{report.failed} sweeper actions failed (logged above); the next run retries them")
+        return report
+
+    def _act(self, decision: m.Decision, view: m.View, report: RunReport) -> None:
+        r, dry = decision.resource, self.settings.dry_run
+        action = decision.action.value
+        if decision.orphan:
+            report.orphans += 1
+        if decision.action is m.Action.MARK:
+            self.marks.mark(r.key, decision.since or self.clock())
+            report.marked += 1
+        elif decision.action is m.Action.UNMARK:
+            self.marks.forget(r.key)
+        elif decision.action is m.Action.DELETE:
+            if dry:
+                action = "would-delete"
+            else:
+                result = self.actions.delete(r)
+                action = "delete" if result is Deleted.DELETED else f"delete-{result.value}"
+                if result is Deleted.IN_USE:
+                    report.in_use += 1
+                else:
+                    self.marks.forget(r.key)
+                if result is Deleted.DELETED:
+                    report.deleted += 1
+                    owner = view.services.get(decision.owner.key)
+                    if owner is not None:
+                        self._event(
+                            owner,
+                            "Normal",
+                            "OrphanDeleted",
+                            f"deleted {r.kind.value} {r.name} ({decision.reason}, owner uid {decision.owner.uid})",
+                        )
+        line = {
+            "kind": r.kind.value,
+            "id": r.id,
+            "resource_name": r.name,
+            "owner": decision.owner.key,
+            "owner_uid": decision.owner.uid,
+            "reason": decision.reason,
+            "action": action,
+            "dry_run": dry,
+        }
+        report.decisions.append(line)
+        if decision.orphan or decision.action is not m.Action.KEEP:
+            logger.info("sweeper decision", extra=line)
+        else:
+            logger.debug("sweeper decision", extra=line)
+
+    def _live_lbs(self, lb_names: Collection[str], view: m.View) -> set[str]:
+        known = {n for n in lb_names if view.lb(n) is not None}
+        return known | self.inventory.existing_lb_names(set(lb_names) - known)
+
+    def _event(self, svc: KubeObject, event_type: str, reason: str, message: str) -> None:
+        try:
+            self.kube.record_event(svc, event_type, reason, message)
+        except Exception:  # events are best effort
+            log.warning("could not record event %s", reason, exc_info=True)
+
+    def _metrics(self, report: RunReport) -> None:
+        for name, value in (
+            ("SweeperOrphansFound", report.orphans),
+            ("SweeperDeleted", report.deleted),
+            ("SweeperDriftRequeued", report.requeued),
+        ):
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(report.aws_calls.values()))
+        metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(report.aws_calls))
+        metrics.add_metric(name="AwsThrottles", unit=MetricUnit.Count, value=self.clients.counter.thread_throttles())
+
+
+def vars_of(report: RunReport) -> dict[str, Any]:
+    return {f.name: getattr(report, f.name) for f in fields(report)}
+
+
+def _default_sweeper() -> Sweeper:
+    from ccm.k8s.client import new_api_client  # the Kubernetes client is built once per execution environment
+
+    settings = SweeperSettings.from_env()
+    api_client = new_api_client()
+    return Sweeper(settings, Kube(api_client), ServiceLister(api_client), AwsClients(region=settings.base.region))
+
+
+runtime: PerEnvironment[Sweeper] = PerEnvironment(_default_sweeper)

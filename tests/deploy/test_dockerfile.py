@@ -1,0 +1,173 @@
+"""watcher/Dockerfile checked statically (no Docker engine here): multi-stage, pinned slim base, non-root numeric
+user, read-only-root friendly, only the needed files copied, and those files really are enough to start the watcher."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.conftest import REPO
+
+DOCKERFILE = REPO / "watcher/Dockerfile"
+Instruction = tuple[str, str]
+
+
+def parse(text: str) -> list[Instruction]:
+    """(INSTRUCTION, arguments) with comments dropped and continuation lines joined."""
+    out: list[Instruction] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = pending + line, ""
+        word, _, args = line.partition(" ")
+        out.append((word.upper(), args.strip()))
+    return out
+
+
+def stages(instructions: list[Instruction]) -> list[list[Instruction]]:
+    result: list[list[Instruction]] = []
+    for instruction in instructions:
+        if instruction[0] == "FROM":
+            result.append([])
+        if result:
+            result[-1].append(instruction)
+    return result
+
+
+def copies(stage: list[Instruction]) -> list[tuple[list[str], str]]:
+    """(sources, destination) of the COPY instructions that read the build context (not --from=)."""
+    out = []
+    for word, args in stage:
+        if word == "COPY" and "--from=" not in args:
+            *sources, dest = [a for a in args.split() if not a.startswith("--")]
+            out.append((sources, dest))
+    return out
+
+
+@pytest.fixture(scope="module")
+def instructions() -> list[Instruction]:
+    return parse(DOCKERFILE.read_text())
+
+
+def test_multi_stage_with_a_pinned_slim_base(instructions: list[Instruction]) -> None:
+    froms = [args for word, args in instructions if word == "FROM"]
+    assert len(froms) >= 2 and all(" AS " in f.upper() for f in froms)
+    args = dict(a.split("=", 1) for w, a in instructions if w == "ARG" and "=" in a)
+    images = [args.get(f.split()[0].strip("${}"), f.split()[0]) for f in froms]
+    for image in images:
+        assert "latest" not in image
+        # A full patch version on a slim variant; the digest is added at release (see the Dockerfile's header).
+        assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", image), image
+    runtime = stages(instructions)[-1]
+    assert any(w == "COPY" and "--from=build" in a for w, a in runtime)
+    # Nothing is installed in the runtime stage: no compilers, package caches or pip there.
+    assert not any(w == "RUN" for w, _ in runtime)
+
+
+def test_runs_as_a_numeric_non_root_user(instructions: list[Instruction]) -> None:
+    runtime = stages(instructions)[-1]
+    users = [a for w, a in runtime if w == "USER"]
+    assert users, "the runtime stage sets no USER"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit() and int(uid) > 0 and gid.isdigit() and int(gid) > 0
+    last_user = max(i for i, (w, _) in enumerate(runtime) if w == "USER")
+    assert last_user < next(i for i, (w, _) in enumerate(runtime) if w == "ENTRYPOINT")
+
+
+def test_friendly_to_a_read_only_root_filesystem(instructions: list[Instruction]) -> None:
+    env = " ".join(a for w, a in stages(instructions)[-1] if w == "ENV")
+    assert "PYTHONDONTWRITEBYTECODE=1" in env and "PYTHONUNBUFFERED=1" in env
+    # Bytecode is compiled at build time, so nothing wants to write __pycache__ at run time.
+    build = stages(instructions)[0]
+    assert any(w == "RUN" and "compileall" in a and "/app" in a for w, a in build)
+    assert not any(w == "VOLUME" for w, _ in instructions)
+
+
+def test_health_check_and_entrypoint(instructions: list[Instruction]) -> None:
+    runtime = dict((w, a) for w, a in stages(instructions)[-1])
+    assert "/healthz" in runtime["HEALTHCHECK"] and "WATCHER_HEALTH_PORT=8080" in runtime["ENV"]
+    assert runtime["EXPOSE"] == "8080"
+    assert json.loads(runtime["ENTRYPOINT"]) == ["python", "-m", "watcher"]  # exec form: SIGTERM reaches Python
+
+
+def test_only_what_the_watcher_imports_is_copied_and_the_context_is_filtered(
+    instructions: list[Instruction],
+) -> None:
+    sources = [s for stage in stages(instructions) for srcs, _ in copies(stage) for s in srcs]
+    ccm_imports = {
+        f"layers/ccm/{m.replace('.', '/')}.py"
+        for path in (REPO / "watcher").glob("*.py")
+        for m in re.findall(r"^from (ccm(?:\.\w+)+) import", path.read_text(), re.M)
+    }
+    assert ccm_imports == {"layers/ccm/ccm/messages.py"}
+    assert set(sources) == {"watcher/requirements.txt", "watcher/*.py", "layers/ccm/ccm/__init__.py", *ccm_imports}
+    # messages.py must not pull other ccm modules (they are not in the image).
+    assert not re.search(r"^(from|import) ccm", (REPO / "layers/ccm/ccm/messages.py").read_text(), re.M)
+    # BuildKit's <Dockerfile>.dockerignore: everything excluded except the copied sources.
+    ignore = [line for line in (REPO / "watcher/Dockerfile.dockerignore").read_text().splitlines() if line.strip()]
+    patterns = [line for line in ignore if not line.startswith("#")]
+    assert patterns[0] == "*" and {p.removeprefix("!") for p in patterns[1:]} == set(sources)
+    assert fnmatch.fnmatch("watcher/app.py", "watcher/*.py") and not fnmatch.fnmatch(
+        "watcher/README.md", "watcher/*.py"
+    )
+
+
+def test_requirements_cover_the_imports_with_the_project_pins() -> None:
+    pins = dict(
+        line.split("==")
+        for line in (REPO / "watcher/requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    project: dict[str, str] = {}
+    for name in ("requirements-dev.txt", "layers/ccm/requirements.txt"):
+        for line in (REPO / name).read_text().splitlines():
+            if "==" in line and not line.startswith("#"):
+                pkg, version = line.split("==")
+                project[pkg.split("[")[0]] = version
+    assert {k: project[k] for k in pins} == pins
+    third_party = {
+        m.split(".")[0]
+        for path in [*(REPO / "watcher").glob("*.py"), REPO / "layers/ccm/ccm/messages.py"]
+        for m in re.findall(r"^(?:from|import) (\w+)", path.read_text(), re.M)
+        if m not in sys.stdlib_module_names and m not in ("watcher", "ccm", "__future__")
+    }
+    assert {m.replace("_", "-") for m in third_party} <= set(pins), third_party
+
+
+def test_the_copied_files_alone_start_the_watcher(instructions: list[Instruction], tmp_path: Path) -> None:
+    """Lay out /app as the COPY lines do and import the watcher from there only (repo paths removed)."""
+    app = tmp_path / "app"
+    for srcs, dest in copies(stages(instructions)[0]):
+        if dest.startswith("/tmp/"):
+            continue
+        target = app / dest.removeprefix("/app/")
+        target.mkdir(parents=True, exist_ok=True)
+        for pattern in srcs:
+            for path in REPO.glob(pattern):
+                shutil.copy(path, target / path.name)
+    keep = f"not p.startswith({str(REPO)!r}) or 'site-packages' in p"  # the venv stays; repo source paths go
+    probe = (
+        "import sys\n"
+        f"sys.path = [{str(app)!r}] + [p for p in sys.path if {keep}]\n"
+        "import watcher.__main__, watcher.app\n"
+        "mods = [m.__file__ for n, m in sys.modules.items() if n.split('.')[0] in ('watcher', 'ccm')]\n"
+        f"assert all(f.startswith({str(app)!r}) for f in mods), mods\n"
+        "print(len(mods))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path, env={"PATH": "/bin"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) >= 10

@@ -1,0 +1,277 @@
+"""deploy/ renders with kustomize, every object is well-formed, the security properties hold, the RBAC matches the
+code's Kubernetes calls exactly, and `kubectl apply --dry-run=server` passes against the API emulator."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devstack.k8s_emulator import Emulator
+from tests.deploy import schema
+from tests.deploy.conftest import REPO, TARGETS, Obj, find, make_kubectl, render, rendered_text, versioned_kubectls
+
+WATCHER = "serverless-ccm-watcher"
+NAMESPACE = "serverless-ccm"
+_CALL = re.compile(r"\bcore\.([a-z_]+)\b")  # calls, and methods handed to an informer
+_METHOD = re.compile(r"(read|list|create|patch|replace|delete)_(namespaced_)?([a-z]+?)(_status)?(_for_all_namespaces)?")
+_VERBS = {"read": "get", "list": "list", "create": "create", "patch": "patch", "replace": "update", "delete": "delete"}
+
+
+def k8s_calls(*roots: Path) -> set[tuple[str, str]]:
+    """(resource, verb) of every CoreV1Api call in the code, e.g. core.patch_namespaced_service_status ->
+    ("services/status", "patch")."""
+    calls: set[tuple[str, str]] = set()
+    for root in roots:
+        for path in root.rglob("*.py"):
+            for method in _CALL.findall(path.read_text()):
+                match = _METHOD.fullmatch(method)
+                assert match, f"{path}: unrecognised Kubernetes call core.{method}"
+                resource = match[3] + "s" + ("/status" if match[4] else "")
+                calls.add((resource, _VERBS[match[1]]))
+    return calls
+
+
+def granted(role: Obj) -> set[tuple[str, str]]:
+    out: set[tuple[str, str]] = set()
+    for rule in role["rules"]:
+        assert rule["apiGroups"] == [""], "only core resources are used"
+        assert "resourceNames" not in rule
+        out |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """template.yaml with its short-form intrinsic functions (!Ref, !GetAtt ...) read as plain values."""
+
+
+_CfnLoader.add_multi_constructor(
+    "!",
+    lambda loader, _suffix, node: (
+        loader.construct_scalar(node)
+        if isinstance(node, yaml.ScalarNode)
+        else loader.construct_sequence(node)
+        if isinstance(node, yaml.SequenceNode)
+        else loader.construct_mapping(node)
+    ),
+)
+
+
+# ---------------------------------------------------------------------- rendering and schema
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_target_renders_to_well_formed_objects(target: str) -> None:
+    objs = render(target)
+    assert objs
+    problems = [e for obj in objs for e in schema.errors(obj)]
+    assert problems == []
+
+
+def test_the_schema_check_catches_what_the_api_server_would_refuse() -> None:
+    objs = render("overlays/irsa")
+    deployment = find(objs, "Deployment")
+    broken: list[tuple[Obj, str]] = []
+    d = copy.deepcopy(deployment)
+    d["spec"]["template"]["metadata"]["labels"] = {"app": "other"}
+    broken.append((d, "does not match"))
+    d = copy.deepcopy(deployment)
+    d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"] = "metrics"
+    broken.append((d, "does not expose"))
+    d = copy.deepcopy(find(objs, "ServiceAccount"))
+    del d["metadata"]["namespace"]
+    broken.append((d, "namespace missing"))
+    d = copy.deepcopy(find(objs, "ClusterRole", "serverless-ccm:watcher"))
+    d["rules"][0]["verbs"] = ["lsit"]
+    broken.append((d, "verbs missing or unknown"))
+    d = copy.deepcopy(find(objs, "PodDisruptionBudget"))
+    d["spec"]["maxUnavailable"] = 1
+    broken.append((d, "exactly one of"))
+    broken.append(({"apiVersion": "extensions/v1beta1", "kind": "Deployment", "metadata": {"name": "x"}}, "unknown"))
+    for obj, expected in broken:
+        assert any(expected in e for e in schema.errors(obj)), (expected, schema.errors(obj))
+
+
+# ---------------------------------------------------------------------- the watcher's Deployment
+
+
+def test_watcher_deployment_is_ha_and_hardened() -> None:
+    objs = render("base")
+    deployment = find(objs, "Deployment", WATCHER)
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert pod["serviceAccountName"] == find(objs, "ServiceAccount")["metadata"]["name"] == WATCHER
+    # Security context: the restricted Pod Security Standard, enforced on the namespace too.
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+    assert sc["runAsNonRoot"] is True and isinstance(sc["runAsUser"], int) and sc["runAsUser"] > 0
+    assert find(objs, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    # Probes on the watcher's own endpoints and port.
+    (port,) = container["ports"]
+    env = {e["name"]: e.get("value") or e["valueFrom"] for e in container["env"]}
+    assert env["WATCHER_HEALTH_PORT"] == str(port["containerPort"])
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the heartbeat's replica name
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+    # Resources, image, grace period long enough for the SIGTERM flush.
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"]) and container["resources"]["limits"]["memory"]
+    image = container["image"]
+    assert ":" in image and not image.endswith(":latest")
+    config = find(objs, "ConfigMap")["data"]
+    assert pod["terminationGracePeriodSeconds"] > float(config["WATCHER_SHUTDOWN_TIMEOUT"]) + 10
+    assert container["envFrom"][0]["configMapRef"]["name"] == find(objs, "ConfigMap")["metadata"]["name"]
+    assert {"WATCHER_SERVICES_QUEUE_URL", "WATCHER_NODES_QUEUE_URL"} <= set(config)
+    # Spread over nodes (hard) and zones (soft); the PDB keeps one replica through voluntary disruptions.
+    pod_labels = spec["template"]["metadata"]["labels"]
+    spreads = {t["topologyKey"]: t for t in pod["topologySpreadConstraints"]}
+    assert spreads["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert "topology.kubernetes.io/zone" in spreads
+    for tsc in spreads.values():
+        assert tsc["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    pdb = find(objs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    # It must run on Nodes that only it can get initialised.
+    assert {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists", "effect": "NoSchedule"} in (
+        pod["tolerations"]
+    )
+
+
+def test_the_image_user_is_the_one_the_pod_runs_as() -> None:
+    dockerfile = (REPO / "watcher/Dockerfile").read_text()
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)
+    pod = find(render("base"), "Deployment")["spec"]["template"]["spec"]
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == tuple(map(int, user))
+
+
+# ---------------------------------------------------------------------- RBAC = exactly what the code calls
+
+
+def test_watcher_role_is_list_and_watch_of_services_and_nodes_only() -> None:
+    objs = render("base")
+    role = find(objs, "ClusterRole", "serverless-ccm:watcher")
+    # The informers list and then watch whatever they list (watcher/informer.py).
+    listed = k8s_calls(REPO / "watcher")
+    assert listed == {("services", "list"), ("nodes", "list")}
+    assert granted(role) == listed | {(r, "watch") for r, _ in listed}
+    binding = find(objs, "ClusterRoleBinding", "serverless-ccm:watcher")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": WATCHER, "namespace": NAMESPACE}]
+
+
+def test_lambda_role_grants_exactly_the_calls_the_functions_make() -> None:
+    role = find(render("lambda-rbac"), "ClusterRole", "serverless-ccm:reconcilers")
+    used = k8s_calls(REPO / "layers/ccm/ccm", REPO / "functions")
+    assert used == {
+        ("services", "get"),
+        ("services", "list"),  # the sweeper
+        ("services", "patch"),
+        ("services/status", "patch"),
+        ("nodes", "get"),
+        ("nodes", "list"),
+        ("nodes", "patch"),
+        ("nodes", "delete"),
+        ("nodes/status", "patch"),
+        ("events", "create"),
+    }
+    assert granted(role) == used
+
+
+def test_lambda_binding_names_the_group_of_every_access_entry() -> None:
+    template = yaml.load((REPO / "template.yaml").read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
+    groups = {
+        group
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::EKS::AccessEntry"
+        for group in resource["Properties"]["KubernetesGroups"]
+    }
+    binding = find(render("lambda-rbac"), "ClusterRoleBinding", "serverless-ccm:reconcilers")
+    assert groups == {s["name"] for s in binding["subjects"] if s["kind"] == "Group"} == {"serverless-ccm"}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "serverless-ccm:reconcilers",
+    }
+
+
+# ---------------------------------------------------------------------- overlays
+
+
+def test_overlays_install_everything_and_wire_the_aws_identity() -> None:
+    base_and_lambda = {(o["kind"], o["metadata"]["name"]) for o in render("base") + render("lambda-rbac")}
+    for overlay in ("overlays/irsa", "overlays/pod-identity"):
+        assert {(o["kind"], o["metadata"]["name"]) for o in render(overlay)} == base_and_lambda
+    irsa = find(render("overlays/irsa"), "ServiceAccount")["metadata"]["annotations"]
+    assert re.fullmatch(r"arn:aws:iam::\d{12}:role/.+", irsa["eks.amazonaws.com/role-arn"])
+    # Pod Identity is bound in EKS (a pod identity association), never by annotation.
+    pod_identity = find(render("overlays/pod-identity"), "ServiceAccount")["metadata"]
+    assert not any(k.startswith("eks.amazonaws.com/") for k in pod_identity.get("annotations") or {})
+
+
+# ---------------------------------------------------------------------- kubectl apply --dry-run=server
+
+
+@pytest.mark.parametrize(("binary", "flags"), versioned_kubectls(), ids=[Path(b).name for b, _ in versioned_kubectls()])
+def test_server_dry_run_apply_against_the_emulator(
+    emu: Emulator, tmp_path: Path, binary: str, flags: tuple[str, ...]
+) -> None:
+    run = make_kubectl(emu.write_kubeconfig(str(tmp_path / "kubeconfig")), tmp_path / "home", binary)
+
+    def kubectl(*args: str, input: str) -> subprocess.CompletedProcess[str]:
+        return run(*args, *flags, input=input)
+
+    manifests = rendered_text("overlays/irsa")
+    objs = render("overlays/irsa")
+    # Like on a real cluster, a dry run cannot create objects inside a namespace it only pretends to create.
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(find(objs, "Namespace")))
+    emu.clear_log()
+    out = kubectl("apply", "--dry-run=server", "-f", "-", input=manifests).stdout
+    assert out.count("(server dry run)") == len(objs), out
+    # Nothing was persisted, and every write carried dryRun=All.
+    assert emu.list("serviceaccounts", NAMESPACE) == [] and emu.list("deployments", NAMESPACE) == []
+    writes = [e for e in emu.request_log.snapshot() if e["method"] in ("POST", "PATCH", "PUT")]
+    # The namespace exists unchanged: no write for it.
+    assert len(writes) == len(objs) - 1 and all("dryRun=All" in e["query"] for e in writes), writes
+
+    # Applied for real, then dry-run again: PATCHes that change nothing stored.
+    kubectl("apply", "-f", "-", input=manifests)
+    stored = emu.get("deployments", NAMESPACE, WATCHER)
+    assert stored is not None and stored["spec"]["replicas"] == 2
+    changed = manifests.replace("replicas: 2", "replicas: 5")
+    assert "configured (server dry run)" in kubectl("apply", "--dry-run=server", "-f", "-", input=changed).stdout
+    after = emu.get("deployments", NAMESPACE, WATCHER)
+    assert after is not None and after["spec"]["replicas"] == 2
+    assert after["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+    # And a dry-run delete deletes nothing.
+    assert "(server dry run)" in run("delete", "--dry-run=server", "-n", NAMESPACE, f"deployment/{WATCHER}").stdout
+    assert emu.get("deployments", NAMESPACE, WATCHER) == after
+
+
+def test_server_dry_run_still_validates(emu: Emulator, tmp_path: Path) -> None:
+    kubectl = make_kubectl(emu.write_kubeconfig(str(tmp_path / "kubeconfig")), tmp_path / "home")
+    bad: dict[str, Any] = copy.deepcopy(find(render("base"), "ServiceAccount"))
+    bad["metadata"]["namespace"] = "default"
+    bad["metadata"]["name"] = "Not_A_Name"
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(bad), check=False)
+    assert refused.returncode != 0 and "Invalid" in refused.stderr
+    missing_ns = find(render("base"), "Deployment")
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(missing_ns), check=False)
+    assert refused.returncode != 0 and "not found" in refused.stderr
+    unknown = emu.url + "/api/v1/namespaces/default/serviceaccounts?dryRun=Some"
+    request = urllib.request.Request(unknown, data=b'{"metadata":{"name":"x"}}', method="POST")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=5)
+    assert err.value.code == 400

@@ -1,0 +1,97 @@
+"""A watcher heartbeat through the real services handler path: two metrics, no Kubernetes or AWS call."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from kubernetes import config
+from moto import mock_aws
+
+from ccm.aws.clients import AwsClients
+from ccm.config import Settings
+from ccm.k8s.kube import Kube
+from ccm.messages import heartbeat_for
+from ccm.service.runtime import ServiceRuntime, metrics
+from devstack.k8s_emulator import Emulator
+
+
+@pytest.fixture
+def emulator(tmp_path: Path) -> Iterator[Emulator]:
+    emu = Emulator().start()
+    emu.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    yield emu
+    emu.stop()
+
+
+def lambda_event(sqs: Any, url: str) -> dict[str, Any]:
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m["Attributes"],
+                "messageAttributes": {},
+                "md5OfBody": hashlib.md5(m["Body"].encode()).hexdigest(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1",
+            }
+            for m in received["Messages"]
+        ]
+    }
+
+
+def emitted(out: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        doc = json.loads(line)
+        for directive in doc.get("_aws", {}).get("CloudWatchMetrics", []):
+            for metric in directive["Metrics"]:
+                raw = doc[metric["Name"]]
+                values[metric["Name"]] = sum(raw) if isinstance(raw, list) else raw
+    return values
+
+
+def test_heartbeat_emits_heartbeat_and_lag_and_calls_nothing(
+    emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(QueueName="services.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+        beat = heartbeat_for("watcher-0", time.time() - 2.5, 60)  # sent 2.5 s ago
+        sqs.send_message(
+            QueueUrl=url,
+            MessageBody=beat.to_body(),
+            MessageGroupId=beat.group_id,
+            MessageDeduplicationId=beat.deduplication_id,
+        )
+        event = lambda_event(sqs, url)
+        clients = AwsClients(region="us-east-1")
+        api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
+        runtime = ServiceRuntime(Settings("unit", "vpc-1"), Kube(api_client), clients)
+        emulator.request_log.clear()
+        metrics.clear_metrics()
+        capsys.readouterr()
+
+        response = runtime.handle_batch(event, None)
+        metrics.flush_metrics()
+
+    assert response == {"batchItemFailures": []}
+    values = emitted(capsys.readouterr().out)
+    assert values["WatcherHeartbeat"] == 1
+    assert 2500 <= values["WatcherLag"] < 60_000
+    assert "ReconcileSucceeded" not in values and "AwsCalls" not in values  # not a reconcile
+    assert clients.counter.snapshot() == {}  # no AWS call
+    assert list(emulator.request_log) == []  # no Kubernetes call

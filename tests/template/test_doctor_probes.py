@@ -1,0 +1,144 @@
+"""The doctor's IAM probe table (ccm.doctor.permissions) against the policies template.yaml really attaches to each
+role: every permission the doctor expects is granted under the probe's tag context, and every one it expects to be
+denied (the untagged twin of a tag-scoped write, the watcher's non-send actions) is not. Without this the doctor and
+the template could drift apart, and the doctor would report false failures (or miss real gaps) in a real account.
+
+The evaluation is deliberately small: Allow statements only (the template has no Deny), Action/Resource wildcards,
+and the condition operators the template uses (Null, StringEquals); any other operator fails the test loudly."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from typing import Any
+
+import pytest
+
+from ccm.doctor.facts import RoleKind
+from ccm.doctor.permissions import (
+    NODES_QUEUE,
+    PROBES,
+    ROUTES_QUEUE,
+    SERVICES_QUEUE,
+    Arns,
+    context_entries,
+    probes_for,
+)
+from tests.template.test_template import PARAMS, PSEUDO, _of_type, _sub
+from tests.template.test_template import raw as raw
+from tests.template.test_template import translated as translated
+
+ROLES: dict[RoleKind, str] = {
+    "services": "ServiceReconcilerFunctionRole",
+    "nodes": "NodeReconcilerFunctionRole",
+    "routes": "RouteReconcilerFunctionRole",
+    "sweeper": "SweeperFunctionRole",
+    "watcher": "WatcherRole",
+}
+
+
+def getatt_arn(logical_id: str) -> str:
+    return f"arn:test:getatt:{logical_id}"
+
+
+ARNS = Arns(
+    PSEUDO["AWS::Partition"],
+    PSEUDO["AWS::Region"],
+    PSEUDO["AWS::AccountId"],
+    PARAMS["ClusterName"],
+    PARAMS["VpcId"],
+    (
+        (SERVICES_QUEUE, getatt_arn("ServicesQueue")),
+        (NODES_QUEUE, getatt_arn("NodesQueue")),
+        (ROUTES_QUEUE, getatt_arn("RoutesQueue")),
+    ),
+    getatt_arn("MembershipTable"),
+)
+
+
+def _resolve(value: Any) -> list[str]:
+    """Resource values as plain strings: Fn::Sub substituted, Fn::GetAtt X.Arn as a stable fake ARN."""
+    if isinstance(value, list):
+        return [r for v in value for r in _resolve(v)]
+    if isinstance(value, str):
+        return [value]
+    if "Fn::Sub" in value:
+        return [_sub(value["Fn::Sub"])]
+    if "Fn::GetAtt" in value:
+        return [getatt_arn(value["Fn::GetAtt"][0])]
+    return []  # Ref of a parameter (the kubeconfig secret): matches no probe
+
+
+def _document(doc: Any) -> list[dict[str, Any]]:
+    if isinstance(doc, dict) and "Fn::Sub" in doc:
+        doc = json.loads(_sub(doc["Fn::Sub"]))
+    if isinstance(doc, dict) and "Fn::If" in doc:
+        doc = doc["Fn::If"][1]
+    out = []
+    for st in doc["Statement"]:
+        st = st["Fn::If"][1] if "Fn::If" in st else st
+        if isinstance(st, dict) and "Effect" in st:
+            out.append(st)
+    return out
+
+
+def role_statements(tpl: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
+    props = tpl["Resources"][role_id]["Properties"]
+    statements = [st for policy in props.get("Policies", []) for st in _document(policy["PolicyDocument"])]
+    for arn in props.get("ManagedPolicyArns", []):
+        if isinstance(arn, dict) and "Ref" in arn:  # ours; AWS managed ones (logs, SQS polling) are not probed
+            statements += _document(tpl["Resources"][arn["Ref"]]["Properties"]["PolicyDocument"])
+    for policy in _of_type(tpl, "AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            statements += _document(policy["Properties"]["PolicyDocument"])
+    return statements
+
+
+def _listed(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _condition_holds(condition: dict[str, Any], context: dict[str, str]) -> bool:
+    for operator, entries in condition.items():
+        for key, expected in entries.items():
+            if operator == "Null":
+                if (expected == "false") != (key in context):
+                    return False
+            elif operator == "StringEquals":
+                if context.get(key) not in _listed(expected):
+                    return False
+            else:
+                raise AssertionError(f"condition operator {operator} is not evaluated here: extend this test")
+    return True
+
+
+def allowed(statements: list[dict[str, Any]], action: str, resource: str, context: dict[str, str]) -> bool:
+    for st in statements:
+        if st["Effect"] != "Allow":
+            raise AssertionError("a Deny statement: extend this test")
+        if not any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in _listed(st["Action"])):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, r) for r in _resolve(st["Resource"])):
+            continue
+        if _condition_holds(st.get("Condition", {}), context):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("kind", list(ROLES))
+def test_the_template_grants_what_the_doctor_expects_and_nothing_it_must_not(
+    translated: dict[str, Any],
+    kind: RoleKind,
+) -> None:
+    statements = role_statements(translated, ROLES[kind])
+    assert statements, ROLES[kind]
+    wrong = []
+    for probe, arn in probes_for(kind, ARNS):
+        context = {e["ContextKeyName"]: e["ContextKeyValues"][0] for e in context_entries(probe.context, ARNS.cluster)}
+        if allowed(statements, probe.action, arn, context) != probe.allowed:
+            wrong.append(f"{probe.action} on {arn} ({probe.context}): expected allowed={probe.allowed}")
+    assert not wrong, wrong
+
+
+def test_every_probe_belongs_to_a_template_role() -> None:
+    assert {p.role for p in PROBES} == set(ROLES)
