@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from botocore.exceptions import ClientError
 from kubernetes import client
 
-from devstack.stack import Stack
+from devstack.stack import Stack, StackConfig
 
 
 def create_service(stack: Stack, name: str, ports: list[int], **spec: Any) -> dict[str, Any]:
@@ -20,6 +25,28 @@ def create_service(stack: Stack, name: str, ports: list[int], **spec: Any) -> di
             "type": "LoadBalancer",
             "selector": {"app": name},
             "ports": [{"name": f"p{p}", "port": p, "targetPort": 8080} for p in ports],
+            **spec,
+        },
+    }
+    return json.loads(stack.core().create_namespaced_service("default", body, _preload_content=False).data)
+
+
+def create_lb_service(
+    stack: Stack,
+    name: str,
+    ports: list[int | dict[str, Any]],
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A LoadBalancer Service; a port is a number (TCP, name p<port>) or a full port dict."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {"app": name},
+            "ports": [{"name": f"p{p}", "port": p, "targetPort": 8080} if isinstance(p, int) else p for p in ports],
             **spec,
         },
     }
@@ -87,3 +114,213 @@ def dlq_depth(stack: Stack) -> int:
         QueueUrl=stack.queue_urls["ServicesDLQ"], AttributeNames=["ApproximateNumberOfMessages"]
     )["Attributes"]
     return int(attrs["ApproximateNumberOfMessages"])
+
+
+# -- additions for the load-balancer family, decision-row, validation and adoption tests -----------------------------
+A = "service.beta.kubernetes.io/aws-load-balancer-"
+MERGE = "application/merge-patch+json"
+
+
+@contextmanager
+def running_stack(tmp_path_factory: Any, **config: Any) -> Iterator[Stack]:
+    """A stack like conftest's `stack` fixture but with other settings (e.g. default_lb_type="clb")."""
+    state_dir = tmp_path_factory.mktemp("devstack")
+    with Stack(StackConfig(state_dir=state_dir, concurrency=3, resync_seconds=3600, **config)) as running:
+        yield running
+
+
+def patch_service(stack: Stack, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(
+        stack.core().patch_namespaced_service(name, "default", body, _content_type=MERGE, _preload_content=False).data
+    )
+
+
+def annotate(stack: Stack, name: str, annotations: dict[str, str | None]) -> dict[str, Any]:
+    """Set (or, with None, remove) annotations of a Service."""
+    return patch_service(stack, name, {"metadata": {"annotations": annotations}})
+
+
+def delete_service(stack: Stack, name: str, timeout: float = 30) -> None:
+    stack.core().delete_namespaced_service(name, "default")
+    stack.wait_for(lambda: read_service(stack, name) is None, timeout=timeout, what=f"{name} deleted")
+
+
+def events_for(stack: Stack, name: str, reason: str | None = None, uid: str | None = None) -> list[dict[str, Any]]:
+    events = json.loads(stack.core().list_namespaced_event("default", _preload_content=False).data)["items"]
+    return [
+        e
+        for e in events
+        if e["involvedObject"]["name"] == name
+        and (reason is None or e["reason"] == reason)
+        and (uid is None or e["involvedObject"].get("uid") == uid)
+    ]
+
+
+def wait_event(stack: Stack, name: str, reason: str, uid: str | None = None, timeout: float = 30) -> dict[str, Any]:
+    found: list[dict[str, Any]] = stack.wait_for(
+        lambda: events_for(stack, name, reason, uid), timeout=timeout, what=f"event {reason} for {name}"
+    )
+    return found[-1]
+
+
+def service_runtime(stack: Stack) -> Any:
+    """The service reconciler's runtime inside the runner (this process): its AWS clients and call counter. Built
+    here, with the function's environment, if no invocation built it yet (the handler then reuses it, as a warm
+    Lambda does). Only valid while the runner is started."""
+    assert stack.runner is not None
+    return sys.modules["ccm.service.runtime"].runtime()
+
+
+def service_calls(stack: Stack) -> Counter[str]:
+    """Every AWS call the service reconciler made so far (botocore hooks of its own clients)."""
+    counts: Counter[str] = service_runtime(stack).clients.counter.snapshot()
+    return counts
+
+
+def mutating(calls: Counter[str]) -> Counter[str]:
+    """The calls that change load balancers or security groups (the controller's own DynamoDB state and SQS
+    bookkeeping are not AWS changes a user sees)."""
+    reads = ("Describe", "Get", "List", "Query", "Scan", "BatchGet")
+    return Counter(
+        {
+            op: n
+            for op, n in calls.items()
+            if n and op.split(":", 1)[0] in ("elb", "elbv2", "ec2") and not op.split(":", 1)[1].startswith(reads)
+        }
+    )
+
+
+def record_calls(stack: Stack, service: str, operations: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(operation, parameters) of every later call of `operations`, in order, that the service reconciler sends
+    through its `service` client (a botocore event hook, as its call counter uses): what AWS was asked, where
+    moto does not keep it, and in which order."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    client_ = service_runtime(stack).clients.client(service)
+    prefix = f"provide-client-params.{client_.meta.service_model.service_id.hyphenize()}"
+    for operation in operations:
+
+        def hook(params: dict[str, Any], op: str = operation, **_: Any) -> None:
+            seen.append((op, dict(params)))
+
+        client_.meta.events.register(f"{prefix}.{operation}", hook)
+    return seen
+
+
+def nlb(stack: Stack, svc: dict[str, Any]) -> dict[str, Any] | None:
+    """Everything AWS reports about a Service's NLB: the LB (with "Attributes", "Tags"), "Listeners" by port and
+    "TargetGroups" by listener port (each with "Attributes", "Tags", "Targets"). A read that races the reconciler
+    (a listener or group deleted between two calls) is read again."""
+    for _ in range(20):
+        try:
+            return _nlb(stack, svc)
+        except ClientError as err:
+            if not err.response["Error"]["Code"].endswith("NotFound"):
+                raise
+        time.sleep(0.1)
+    raise TimeoutError(f"the NLB of {svc['metadata']['name']} keeps changing under the read")
+
+
+def _nlb(stack: Stack, svc: dict[str, Any]) -> dict[str, Any] | None:
+    elbv2 = stack.aws("elbv2")
+    try:
+        lb: dict[str, Any] = elbv2.describe_load_balancers(Names=[lb_name(svc)])["LoadBalancers"][0]
+    except elbv2.exceptions.LoadBalancerNotFoundException:
+        return None
+    arn = lb["LoadBalancerArn"]
+    lb["Attributes"] = _kv(elbv2.describe_load_balancer_attributes(LoadBalancerArn=arn)["Attributes"])
+    lb["Tags"] = _kv(elbv2.describe_tags(ResourceArns=[arn])["TagDescriptions"][0]["Tags"])
+    lb["Listeners"], lb["TargetGroups"] = {}, {}
+    for listener in elbv2.describe_listeners(LoadBalancerArn=arn)["Listeners"]:
+        lb["Listeners"][listener["Port"]] = listener
+        tg_arn = listener["DefaultActions"][0]["TargetGroupArn"]
+        tg = elbv2.describe_target_groups(TargetGroupArns=[tg_arn])["TargetGroups"][0]
+        tg["Attributes"] = _kv(elbv2.describe_target_group_attributes(TargetGroupArn=tg_arn)["Attributes"])
+        tg["Tags"] = _kv(elbv2.describe_tags(ResourceArns=[tg_arn])["TagDescriptions"][0]["Tags"])
+        health = elbv2.describe_target_health(TargetGroupArn=tg_arn)["TargetHealthDescriptions"]
+        tg["Targets"] = sorted(h["Target"]["Id"] for h in health)
+        lb["TargetGroups"][listener["Port"]] = tg
+    return lb
+
+
+def clb(stack: Stack, svc: dict[str, Any]) -> dict[str, Any] | None:
+    """A Service's Classic ELB as AWS reports it, with "Attributes", "Tags" and "Listeners" by port."""
+    elb, name = stack.aws("elb"), lb_name(svc)
+    try:
+        lb: dict[str, Any] = elb.describe_load_balancers(LoadBalancerNames=[name])["LoadBalancerDescriptions"][0]
+    except ClientError as err:
+        if err.response["Error"]["Code"] == "LoadBalancerNotFound":
+            return None
+        raise
+    lb["Attributes"] = elb.describe_load_balancer_attributes(LoadBalancerName=name)["LoadBalancerAttributes"]
+    lb["Tags"] = _kv(elb.describe_tags(LoadBalancerNames=[name])["TagDescriptions"][0]["Tags"])
+    lb["Listeners"] = {d["Listener"]["LoadBalancerPort"]: d for d in lb["ListenerDescriptions"]}
+    return lb
+
+
+def security_group(stack: Stack, group_id: str) -> dict[str, Any]:
+    group: dict[str, Any] = stack.aws("ec2").describe_security_groups(GroupIds=[group_id])["SecurityGroups"][0]
+    return group
+
+
+def managed_group(stack: Stack, svc: dict[str, Any]) -> dict[str, Any] | None:
+    found = stack.aws("ec2").describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [f"k8s-elb-{lb_name(svc)}"]}]
+    )["SecurityGroups"]
+    return found[0] if found else None
+
+
+def node_rules_from(stack: Stack, source_group: str) -> list[tuple[str, str]]:
+    """Rules of the node security group whose source is `source_group`: (protocol, description) each. AWS groups
+    rules of the same protocol and ports into one permission, so this counts the group pairs."""
+    assert stack.world is not None
+    node = security_group(stack, stack.world.node_sg_id)
+    return [
+        (perm["IpProtocol"], pair.get("Description", ""))
+        for perm in node.get("IpPermissions", [])
+        for pair in perm.get("UserIdGroupPairs", [])
+        if pair["GroupId"] == source_group
+    ]
+
+
+def node_rule_sources(stack: Stack) -> list[str]:
+    """The source groups of every group-referencing rule on the node security group."""
+    assert stack.world is not None
+    node = security_group(stack, stack.world.node_sg_id)
+    perms = node.get("IpPermissions", [])
+    return sorted(pair["GroupId"] for perm in perms for pair in perm.get("UserIdGroupPairs", []))
+
+
+def tagged_for_service(stack: Stack, svc: dict[str, Any], by_name: bool = True) -> list[str]:
+    """Every resource still carrying the Service's UID or (by_name) its name tag: load balancers of both APIs and
+    target groups (tagging API, unfiltered by type: moto lists Classic ELBs only then) and security groups (EC2).
+    A deleted Service must leave this empty. by_name=False for an old incarnation of a re-created Service."""
+    uid = svc["metadata"]["uid"]
+    key = f"{svc['metadata']['namespace']}/{svc['metadata']['name']}"
+    found: list[str] = []
+    tagging = stack.aws("resourcegroupstaggingapi")
+    tags = [("serverless-ccm/service-uid", uid)] + ([("kubernetes.io/service-name", key)] if by_name else [])
+    for tag_key, value in tags:
+        for page in tagging.get_paginator("get_resources").paginate(TagFilters=[{"Key": tag_key, "Values": [value]}]):
+            found += [r["ResourceARN"] for r in page["ResourceTagMappingList"]]
+    groups = stack.aws("ec2").describe_security_groups(
+        Filters=[{"Name": "tag:serverless-ccm/service-uid", "Values": [uid]}]
+    )["SecurityGroups"]
+    return sorted(set(found) | {g["GroupId"] for g in groups})
+
+
+def gone(stack: Stack, *svcs: dict[str, Any]) -> None:
+    """Delete the Services: nothing tagged for them may remain (LBs, target groups, managed security groups), and
+    no node rule may still reference one of their load balancers' groups."""
+    groups: set[str] = set()
+    for svc in svcs:
+        lb = nlb(stack, svc) or clb(stack, svc) or {}
+        groups |= set(lb.get("SecurityGroups") or [])
+    for svc in svcs:
+        delete_service(stack, svc["metadata"]["name"])
+    for svc in svcs:
+        stack.wait_for(lambda s=svc: not tagged_for_service(stack, s), timeout=30, what="nothing tagged")
+    assert not groups & set(node_rule_sources(stack))
+
+
+def _kv(items: list[dict[str, Any]]) -> dict[str, str]:
+    return {i["Key"]: i.get("Value", "") for i in items}
