@@ -317,3 +317,16 @@ def test_missing_zone_message_says_which_tags_to_add():
     assert missing_zones_message(subnets, ["subnet-a"], {"az1"}, "c1", internal=True) is None
     internal = missing_zones_message(subnets, ["subnet-b"], {"az1"}, "c1", internal=True)
     assert internal is not None and "kubernetes.io/role/internal-elb=1" in internal
+
+
+def test_private_ips_are_placed_in_the_subnet_that_contains_them():
+    addresses = {"private-ipv4-addresses": "10.0.2.10,10.0.1.10"}
+    config = _config(subnets="subnet-0000000a,subnet-0000000b", internal="true", **addresses)
+    cidrs = {"subnet-0000000a": "10.0.1.0/24", "subnet-0000000b": "10.0.2.0/24"}
+    assert m.placement(config, ["subnet-0000000a", "subnet-0000000b"], cidrs) == {
+        "SubnetMappings": [
+            {"SubnetId": "subnet-0000000a", "PrivateIPv4Address": "10.0.1.10"},
+            {"SubnetId": "subnet-0000000b", "PrivateIPv4Address": "10.0.2.10"},
+        ]
+    }
+    assert m.placement(_config(), ["subnet-0000000a"], {}) == {"Subnets": ["subnet-0000000a"]}

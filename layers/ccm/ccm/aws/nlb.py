@@ -72,14 +72,20 @@ class NetworkLoadBalancers(PassFlags):
         lb = self._describe_lb(desired.name)
         created = lb is None
         warnings: list[LoadBalancerWarning] = []
-        if lb is not None and self.check_attributes:
+        placement: dict[str, Any] = {}
+        if lb is None:
+            # Subnets and their EIPs / private IPs are checked before the first write: a refusal changes nothing.
+            choice = self._subnets(config, cluster_name, nodes)
+            cidrs = self._cidrs(choice) if config.private_ipv4_addresses else None
+            validate_against_subnets(config, choice.ids, cidrs)
+            placement = m.placement(config, choice.ids, cidrs or {})
+            warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, choice.warning)] if choice.warning else []
+        elif self.check_attributes:
             wanted_subnets = self._subnets(config, cluster_name, nodes).ids if config.subnets else None
             warnings = [LoadBalancerWarning(FIXED_SETTING, w) for w in m.placement_warnings(lb, config, wanted_subnets)]
         group_ids = self._ensure_groups(service, config, desired, lb)
         if lb is None:
-            choice = self._subnets(config, cluster_name, nodes)
-            lb = self._create_lb(desired, config, choice.ids, group_ids)
-            warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, choice.warning)] if choice.warning else []
+            lb = self._create_lb(desired, placement, group_ids)
         observed = self._observe(lb, p.meta(service)["uid"], with_targets=True, desired=desired, created=created)
         self._apply(m.plan(desired, observed), observed, desired)
         return LoadBalancerStatus(
@@ -89,6 +95,13 @@ class NetworkLoadBalancers(PassFlags):
 
     def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:
         return resolve_subnets(self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "NLB")
+
+    def _cidrs(self, choice: SubnetChoice) -> dict[str, str]:
+        """Subnet CIDRs for placing private IPs (subnets given by ID were not described yet: one call)."""
+        if choice.cidrs is not None and set(choice.cidrs) == set(choice.ids):
+            return choice.cidrs
+        found = self.clients.ec2.describe_subnets(SubnetIds=choice.ids)["Subnets"]
+        return {s["SubnetId"]: s["CidrBlock"] for s in found}
 
     def _ensure_groups(
         self, service: KubeObject, config: LoadBalancerConfig, desired: m.NLBSpec, lb: dict[str, Any] | None
@@ -251,23 +264,9 @@ class NetworkLoadBalancers(PassFlags):
         return observed
 
     # -- writes -----------------------------------------------------------------------------------------------
-    def _create_lb(
-        self, desired: m.NLBSpec, config: LoadBalancerConfig, chosen: list[str], group_ids: list[str]
-    ) -> dict[str, Any]:
-        validate_against_subnets(config, chosen)
-        placement: dict[str, Any] = {"Subnets": chosen}
+    def _create_lb(self, desired: m.NLBSpec, placement: dict[str, Any], group_ids: list[str]) -> dict[str, Any]:
         if group_ids:
-            placement["SecurityGroups"] = group_ids
-        if config.eip_allocations or config.private_ipv4_addresses:
-            mappings = []
-            for i, subnet in enumerate(chosen):
-                mapping: dict[str, str] = {"SubnetId": subnet}
-                if config.eip_allocations:
-                    mapping["AllocationId"] = config.eip_allocations[i]
-                if config.private_ipv4_addresses:
-                    mapping["PrivateIPv4Address"] = config.private_ipv4_addresses[i]
-                mappings.append(mapping)
-            placement = {"SubnetMappings": mappings, **({"SecurityGroups": group_ids} if group_ids else {})}
+            placement = {**placement, "SecurityGroups": group_ids}
         created = self.clients.elbv2.create_load_balancer(
             Name=desired.name,
             Type="network",

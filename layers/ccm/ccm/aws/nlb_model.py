@@ -7,7 +7,8 @@ is deleted; everything else is modified in place. An unchanged Service plans no 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ipaddress
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -304,6 +305,25 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
     if observed.attributes is not None and any(lb_attributes_now.get(k) != v for k, v in desired.attributes):
         cleanup.append(SetLoadBalancerAttributes(desired.attributes))
     return prepare + switch + cleanup + held
+
+
+def placement(config: LoadBalancerConfig, subnets: Sequence[str], cidrs: Mapping[str, str]) -> dict[str, Any]:
+    """CreateLoadBalancer's placement: plain subnets, or subnet mappings carrying the EIPs (in the order given,
+    as upstream) and the private IPs (each in the subnet whose CIDR contains it; validated before)."""
+    if not (config.eip_allocations or config.private_ipv4_addresses):
+        return {"Subnets": list(subnets)}
+    mappings: list[dict[str, str]] = []
+    for i, subnet in enumerate(subnets):
+        mapping = {"SubnetId": subnet}
+        if config.eip_allocations:
+            mapping["AllocationId"] = config.eip_allocations[i]
+        if config.private_ipv4_addresses:
+            network = ipaddress.ip_network(cidrs[subnet], strict=False)
+            mapping["PrivateIPv4Address"] = next(
+                a for a in config.private_ipv4_addresses if ipaddress.ip_address(a) in network
+            )
+        mappings.append(mapping)
+    return {"SubnetMappings": mappings}
 
 
 def readiness_delay(health: HealthCheck) -> int:

@@ -84,6 +84,11 @@ def missing_zones_message(
 class SubnetChoice:
     ids: list[str]
     warning: str | None = None  # the load balancer is created anyway; the Service gets a Warning event
+    cidrs: dict[str, str] | None = None  # subnet ID -> IPv4 CIDR, when the reads that chose them returned it
+
+
+def cidrs_of(subnets: list[dict[str, Any]], chosen: list[str]) -> dict[str, str]:
+    return {s["SubnetId"]: s["CidrBlock"] for s in subnets if s["SubnetId"] in chosen and s.get("CidrBlock")}
 
 
 def resolve_subnets(
@@ -107,6 +112,7 @@ def resolve_subnets(
             if missing:
                 raise InvalidServiceConfig(f"{SUBNETS_ANNOTATION}: no subnet named {', '.join(missing)} in {vpc_id}")
             chosen += [named[n] for n in config.subnet_names]
+            return SubnetChoice(chosen, cidrs=cidrs_of(found, chosen) if not config.subnet_ids else None)
         return SubnetChoice(chosen)
     subnets = ec2.describe_subnets(Filters=[vpc_filter])["Subnets"]
     tables = ec2.describe_route_tables(Filters=[vpc_filter])["RouteTables"]
@@ -117,4 +123,5 @@ def resolve_subnets(
             f"no usable subnets in {vpc_id} for a {config.scheme} {kind}: tag one subnet per AZ with "
             f"{role}=1 and {cluster_tag_key(cluster_name)}=shared"
         )
-    return SubnetChoice(chosen, missing_zones_message(subnets, chosen, zones_needed, cluster_name, config.internal))
+    warning = missing_zones_message(subnets, chosen, zones_needed, cluster_name, config.internal)
+    return SubnetChoice(chosen, warning, cidrs_of(subnets, chosen))
