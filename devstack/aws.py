@@ -35,6 +35,7 @@ def start_moto_server(port: int = 0) -> tuple[ThreadedMotoServer, str]:
     # Our pollers receive/delete concurrently; moto's SQS needs fixes to keep FIFO guarantees then.
     harden_moto_sqs()
     faithful_moto_route_state()
+    faithful_moto_nlb_listeners()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
@@ -43,6 +44,28 @@ def start_moto_server(port: int = 0) -> tuple[ThreadedMotoServer, str]:
     # stack in the same process (the next test module) would see the previous one's instances and tables.
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
     return server, endpoint
+
+
+def faithful_moto_nlb_listeners() -> None:
+    """moto 5.2's ModifyListener refuses every protocol but HTTP/HTTPS/TCP ("UnsupportedProtocol: Protocol UDP is
+    not supported"); AWS accepts UDP and TCP_UDP on NLB listeners. The chaos test found it: a UDP listener switched
+    to a new target group (nodePorts change when a Service goes ClusterIP and back) failed until the DLQ. Patches
+    moto's server-side model, never boto3. Idempotent."""
+    from moto.elbv2.models import ELBv2Backend
+
+    if getattr(ELBv2Backend, "_ccm_nlb_protocols", False):
+        return
+    original = ELBv2Backend.modify_listener
+
+    def modify_listener(self: Any, arn: str, port: Any = None, protocol: Any = None, *args: Any, **kwargs: Any) -> Any:
+        udp = protocol in ("UDP", "TCP_UDP")
+        listener = original(self, arn, port, None if udp else protocol, *args, **kwargs)
+        if udp:
+            listener.protocol = protocol
+        return listener
+
+    ELBv2Backend.modify_listener = modify_listener  # type: ignore[method-assign]
+    ELBv2Backend._ccm_nlb_protocols = True  # type: ignore[attr-defined]
 
 
 def faithful_moto_route_state() -> None:

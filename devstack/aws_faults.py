@@ -191,7 +191,8 @@ def _handler_for(proxy: AwsFaultProxy) -> type[BaseHTTPRequestHandler]:
                     conn.request(self.command, self.path, body=body, headers=out)
                     resp = conn.getresponse()
                     payload = resp.read()
-                    kept = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP_BY_HOP]
+                    # send_response writes its own Server and Date headers
+                    kept = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP_BY_HOP | {"server", "date"}]
                     return resp.status, kept, payload
                 except (OSError, http.client.HTTPException):
                     conn.close()

@@ -16,6 +16,9 @@ value, with a warning); handlers share sys.modules and sys.path (sibling modules
 dirs would collide); a timed-out handler is not killed, its result is just ignored. Lambda's own variables
 (AWS_LAMBDA_FUNCTION_NAME, AWS_LAMBDA_LOG_LEVEL, ...) are not set, only AWS_REGION/AWS_DEFAULT_REGION.
 
+For chaos tests: pause()/resume() stop and restart receiving (pause waits until nothing is in flight), and
+abandon_next(n) makes the next n invocations time out mid-batch (see tests/chaos).
+
 Use::
 
     server, url = start_moto_server()
@@ -147,6 +150,10 @@ class EventSourceRunner:
         self._sources: list[_Source] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._running = threading.Event()  # cleared by pause(): pollers stop receiving
+        self._running.set()
+        self._receiving = 0  # pollers inside ReceiveMessage (pause() waits for them too)
+        self._abandon: dict[str | None, int] = {}  # function logical id (None: any) -> invocations to time out
         self._started = False
         self._saved_env: dict[str, str | None] = {}
         self._added_paths: list[str] = []
@@ -245,6 +252,33 @@ class EventSourceRunner:
             time.sleep(0.05)
         raise TimeoutError(f"not drained after {timeout}s: in flight={self._in_flight()}, {self._queue_counts()}")
 
+    def pause(self, timeout: float = 60) -> None:
+        """Stop receiving and wait until no invocation runs (chaos tests fast-forward the queues meanwhile)."""
+        self._running.clear()
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._receiving == 0 and all(s.active == 0 for s in self._sources):
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"invocations still running after {timeout}s")
+            time.sleep(0.02)
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def abandon_next(self, n: int, function: str | None = None) -> None:
+        """Simulate Lambda timeouts: the next n invocations (of `function`, or any) are killed mid-batch: the
+        handler sees only the first half of the records, nothing is deleted, and every record comes back after
+        the queue's visibility timeout, as after a real timeout."""
+        with self._lock:
+            self._abandon[function] = self._abandon.get(function, 0) + n
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._abandon.clear()
+        self._running.set()
+
     @property
     def log(self) -> list[Invocation]:
         with self._lock:
@@ -254,6 +288,12 @@ class EventSourceRunner:
 
     def _poll(self, source: _Source) -> None:
         while not self._stopping.is_set():
+            with self._lock:
+                receiving = self._running.is_set()
+                self._receiving += receiving
+            if not receiving:  # paused
+                self._running.wait(0.1)
+                continue
             try:
                 messages = self._sqs.receive_message(
                     QueueUrl=source.queue_url,
@@ -263,20 +303,26 @@ class EventSourceRunner:
                     MessageAttributeNames=["All"],
                 ).get("Messages", [])
             except Exception:
+                with self._lock:
+                    self._receiving -= 1
                 if self._stopping.is_set():
                     return
                 log.exception("ReceiveMessage failed on %s", source.queue_url)
                 time.sleep(0.5)
                 continue
-            if messages:
-                try:
-                    self._invoke(source, messages)
-                except Exception:  # a runner bug must not kill the poller; SQS redelivers the batch
-                    log.exception("runner failed around an invocation of %s", source.function.logical_id)
+            if not messages:
+                with self._lock:
+                    self._receiving -= 1
+                continue
+            try:
+                self._invoke(source, messages)
+            except Exception:  # a runner bug must not kill the poller; SQS redelivers the batch
+                log.exception("runner failed around an invocation of %s", source.function.logical_id)
 
     def _invoke(self, source: _Source, messages: list[dict[str, Any]]) -> None:
         fn = source.function
         with self._lock:
+            self._receiving -= 1  # active from here on: pause() never sees a gap
             source.active += 1
             key = fn.logical_id
             self.peak_concurrency[key] = max(self.peak_concurrency.get(key, 0), self._active_for(key))
@@ -301,8 +347,10 @@ class EventSourceRunner:
         started, t0 = time.time(), time.monotonic()
         error: str | None = None
         response: Any = None
+        abandoned = self._take_abandon(fn.logical_id)
         try:
-            response = source.handler({"Records": records}, context)
+            seen = records[: max(1, len(records) // 2)] if abandoned else records
+            response = source.handler({"Records": seen}, context)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("%s raised; the whole batch will be retried", fn.logical_id, exc_info=True)
@@ -311,7 +359,7 @@ class EventSourceRunner:
         failed: set[str] | None  # None = the whole batch failed
         if error is not None:
             outcome, failed = "error", None
-        elif duration > fn.timeout:
+        elif duration > fn.timeout or abandoned:
             outcome, failed, error = "timeout", None, f"Task timed out after {fn.timeout} seconds"
         elif source.event.report_batch_item_failures:
             failed = batch_item_failures(response, set(ids))
@@ -404,6 +452,14 @@ class EventSourceRunner:
         for key, value in env.items():
             self._saved_env.setdefault(key, os.environ.get(key))
             os.environ[key] = value
+
+    def _take_abandon(self, function: str) -> bool:
+        with self._lock:
+            for key in (function, None):
+                if self._abandon.get(key, 0) > 0:
+                    self._abandon[key] -= 1
+                    return True
+        return False
 
     def _active_for(self, function: str) -> int:
         return sum(s.active for s in self._sources if s.function.logical_id == function)

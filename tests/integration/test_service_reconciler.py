@@ -14,7 +14,8 @@ import boto3
 import pytest
 from kubernetes import client, config
 
-from ccm.aws.clients import CallCounter
+from ccm.aws import faults
+from ccm.aws.clients import AwsClients, CallCounter
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
 from ccm.messages import delta_for
@@ -208,6 +209,31 @@ def test_recreated_service_deletes_the_old_uids_lb_first(stack: dict[str, Any], 
     elbv2 = world.clients.session.client("elbv2")
     names = [lb["LoadBalancerName"] for lb in elbv2.describe_load_balancers()["LoadBalancers"]]
     assert names == [("a" + new["metadata"]["uid"].replace("-", ""))[:32]]
+
+
+def test_a_failing_delete_of_an_earlier_uid_is_retried_with_backoff(
+    stack: dict[str, Any], world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    core = stack["core"]
+    old = create_service(core)
+    invoke(stack, [delta_for("Service", "ADDED", old).to_body()])
+    core.patch_namespaced_service(
+        "web", "default", {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+    core.delete_namespaced_service("web", "default")
+    create_service(core)
+    # The Lambda dies right after deleting the old UID's LB (before its target groups and security group).
+    faults_file = tmp_path / "faults.json"
+    faults.arm(faults_file, {"elasticloadbalancing:DeleteLoadBalancer": 1})
+    monkeypatch.setenv(faults.ENV_VAR, str(faults_file))
+    kube = stack["runtime"].reconciler.kube
+    stack["runtime"] = ServiceRuntime(
+        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), kube, AwsClients(region="us-east-1")
+    )
+    response = invoke(stack, [delta_for("Service", "DELETED", old).to_body()])
+    assert len(response["batchItemFailures"]) == 1
+    # Retried after the backoff (5 s), not at once: an immediate retry loop would reach the DLQ in seconds.
+    assert "Messages" not in stack["sqs"].receive_message(QueueUrl=stack["queue_url"])
 
 
 def test_failure_sets_backoff_visibility(stack: dict[str, Any], world: World, emulator: Emulator):

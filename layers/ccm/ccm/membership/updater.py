@@ -44,9 +44,14 @@ class MembershipUpdater:
         if stored_rv and rv <= stored_rv and not deleted:
             return 0  # an older or repeated observation
         # Tell first, store second: if storing fails the retry still sees the change (SQS dedups the re-send).
-        sent = 0 if model.same_membership(old, new) else self._tell(old, new)
+        if model.same_membership(old, new):
+            self.store.write(delta.key, new, max(rv, stored_rv + 1) if deleted else rv, deleted=deleted)
+            return 0
+        sent = self._tell(old, new)
         self.store.write(delta.key, new, max(rv, stored_rv + 1) if deleted else rv, deleted=deleted)
-        return sent
+        # Tell again whoever registered in between: its reconcile may have read the members before our write.
+        # (Services already told in this bucket are skipped; a reconcile registering later reads our write.)
+        return sent + self._tell(old, new)
 
     def _tell(self, old: model.MemberRecord | None, new: model.MemberRecord | None) -> int:
         now = self.clock()

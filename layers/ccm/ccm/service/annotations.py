@@ -709,6 +709,11 @@ def _service_ports(
             )
         else:
             ports.append(ServicePort(str(raw.get("name") or ""), protocol, number, node_port))
+    # AWS quotas that cannot be raised: listeners per NLB / per Classic ELB (one listener per Service port).
+    limit = {"nlb": 50, "clb": 100}.get(lb_type or "")
+    if limit is not None and len(ports) > limit:
+        kind = "an NLB" if lb_type == "nlb" else "a Classic ELB"
+        errors.append(InvalidServiceConfig(f"{len(ports)} ports exceed the {limit}-listener limit of {kind}"))
     protocols = {sp.protocol for sp in ports}
     if lb_type == "clb" and len(protocols) > 1:
         errors.append(InvalidServiceConfig("mixed protocol is not supported for LoadBalancer (Classic ELB)"))
