@@ -85,11 +85,13 @@ class BenchWorld:
                 os.environ[key] = value
 
     # -- Kubernetes -------------------------------------------------------------------------------------------
-    def create_service(self, name: str, ports: list[int], namespace: str = "default") -> dict[str, Any]:
+    def create_service(
+        self, name: str, ports: list[int], namespace: str = "default", annotations: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         body = {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
             "spec": {"type": "LoadBalancer", "ports": [{"name": f"p{p}", "port": p} for p in ports]},
         }
         created: dict[str, Any] = self.emulator.create(body)

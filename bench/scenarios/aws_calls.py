@@ -32,11 +32,19 @@ def _summary(calls: dict[str, int]) -> dict[str, Any]:
 def measure(lb_type: str) -> dict[str, Any]:
     """create / no-op resync / node added / delete for one Service with 2 TCP ports and 3 nodes."""
     bench = BenchWorld(nodes=3, lb_type=lb_type)
+    took: dict[str, float] = {}
+
+    def timed(op: str, delta: Any, receive_count: int = 1) -> dict[str, int]:
+        started = time.monotonic()
+        calls = bench.reconcile(delta, receive_count=receive_count)
+        took[op] = round((time.monotonic() - started) * 1000, 1)
+        return calls
+
     try:
         svc = bench.create_service("calls", [80, 443])
-        create = bench.reconcile(bench.delta("Service", "ADDED", svc))
+        create = timed("create", bench.delta("Service", "ADDED", svc))
         svc = bench.service("calls")
-        noop = bench.reconcile(bench.delta("Service", "SYNC", svc))  # the periodic drift-repair resync
+        noop = timed("noop", bench.delta("Service", "SYNC", svc))  # the periodic drift-repair resync
         duplicate = bench.reconcile(bench.delta("Service", "MODIFIED", svc))  # a duplicate delivery
 
         node = bench.add_node()
@@ -46,10 +54,10 @@ def measure(lb_type: str) -> dict[str, Any]:
         updater.on_node_delta(bench.delta("Node", "ADDED", node))
         node_side = dict(bench.clients.counter.thread_calls())
         messages = bench.sqs.receive_message(QueueUrl=bench.queue_url, MaxNumberOfMessages=10)["Messages"]
-        add_node = bench.reconcile(parse_delta(messages[0]["Body"]), receive_count=2)
+        add_node = timed("add_node", parse_delta(messages[0]["Body"]), receive_count=2)
 
         bench.emulator.delete("services", "default", "calls")
-        delete = bench.reconcile(bench.delta("Service", "MODIFIED", bench.service("calls")))
+        delete = timed("delete", bench.delta("Service", "MODIFIED", bench.service("calls")))
     finally:
         bench.close()
     return {
@@ -66,6 +74,8 @@ def measure(lb_type: str) -> dict[str, Any]:
             "delete": _ddb(delete),
         },
         "add_node_nodes_lambda": sum(node_side.values()),
+        # one single-threaded run against moto in this process, no injected latency: the work besides AWS's own
+        "duration_ms": took,
         "detail": {
             "create": _summary(create),
             "noop": _summary(noop),

@@ -329,6 +329,13 @@ class SecurityGroups:
                     f"{len(rules)} new rules exceed the rules-per-security-group quota of {group_id}: "
                     "use fewer source ranges or ports, or raise the quota"
                 ) from err
+            if code == "RulesPerSecurityGroupLimitExceeded":
+                # The node group holds one rule per load balancer: say what to do (the Warning carries it).
+                raise RuntimeError(
+                    f"the node security group {group_id} is full (RulesPerSecurityGroupLimitExceeded; one rule per "
+                    "load balancer): raise the quota 'Inbound or outbound rules per security group', or give "
+                    "Services a shared group with service.beta.kubernetes.io/aws-load-balancer-security-groups"
+                ) from err
             raise
         log.info("authorized %d rules on %s", len(rules), group_id)
 

@@ -1,0 +1,150 @@
+"""End-to-end latency: N LoadBalancer Services (2 TCP ports, NLB) created at once on the devstack, every AWS call
+of our functions slowed by an injected delay (ccm.aws.clients CCM_AWS_INJECT_LATENCY_MS, bench-only).
+
+Path measured: the emulator stores the Service -> the real watcher process observes it and sends a delta to the
+moto SQS FIFO queue -> the devstack runner invokes the real service handler (ESM MaximumConcurrency as given) ->
+the load balancer is created in moto -> status is written to the emulator. `latency_ms` is the handler's own
+EndToEndLatency metric (watcher observed -> status written), read back from its EMF output; `create_to_status_ms`
+cross-checks it from the emulator's request log (Service created -> status PATCH received).
+
+The runner hosts every handler as a thread of this one process, together with the moto server and the emulator
+(one GIL); the watcher is its own process. Injected sleeps release the GIL, moto's CPU work does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.anchors import CLOUD_PROVIDER_AWS
+from bench.emf import EmfCapture, percentile
+from ccm.aws.clients import INJECT_LATENCY_ENV
+from ccm.service.annotations import SECURITY_GROUPS_ANNOTATION
+from devstack.stack import Stack, StackConfig
+
+CONVERGE_TIMEOUT_S = 900.0
+FUNCTION = "ServiceReconcilerFunction"  # template logical id
+
+
+def _service(name: str, security_group: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "annotations": {SECURITY_GROUPS_ANNOTATION: security_group}},
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {"app": name},
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "https", "port": 443}],
+        },
+    }
+
+
+def _has_ingress(svc: dict[str, Any]) -> bool:
+    return bool(((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress"))
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50": round(percentile(ordered, 50), 1),
+        "p90": round(percentile(ordered, 90), 1),
+        "p99": round(percentile(ordered, 99), 1),
+        "max": round(ordered[-1], 1),
+    }
+
+
+def anchor_model_s(services: int, latency_ms: float, calls: int = CLOUD_PROVIDER_AWS["nlb"]["create"]) -> float:
+    """cloud-provider-aws: one service worker (ConcurrentServiceSyncs=1) making `calls` sequential AWS calls per
+    Service, each taking the injected latency; nothing else counted (its Kubernetes calls would add to it)."""
+    return round(services * calls * latency_ms / 1000, 1)
+
+
+def our_model_s(services: int, latency_ms: float, calls: float, concurrency: int) -> float:
+    """Ours on the same terms: `concurrency` invocations in parallel, each Service `calls` sequential calls."""
+    return round(math.ceil(services / concurrency) * calls * latency_ms / 1000, 1)
+
+
+def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dict[str, Any]:
+    capture = EmfCapture()
+    names = [f"lat-{i:04d}" for i in range(services)]
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as state, contextlib.redirect_stdout(capture):
+        config = StackConfig(
+            nodes=3,
+            state_dir=Path(state),
+            concurrency=concurrency,
+            resync_seconds=3600,
+            extra_env={INJECT_LATENCY_ENV: str(latency_ms)},
+        )
+        with Stack(config) as stack:
+            emulator, runner = stack.emulator, stack.runner
+            assert emulator is not None and runner is not None
+            runner.drain(120)  # the initial Node deltas of the watcher's first list
+            assert stack.world is not None
+            # One shared load-balancer group: a managed group per LB would put one rule per LB on the node group,
+            # and AWS (and moto) refuse more than 60 rules per group by default (see the notes).
+            shared_group = stack.aws("ec2").create_security_group(
+                GroupName="bench-shared-lb", Description="bench: shared LB group", VpcId=stack.world.vpc_id
+            )["GroupId"]
+            capture.reset()
+            emulator.clear_log()
+            first_invocation = len(runner.log)
+            created: dict[str, float] = {}
+            started = time.time()
+            for name in names:
+                created[name] = time.time()
+                emulator.create(_service(name, shared_group))
+
+            def converged() -> bool:
+                ready = sum(_has_ingress(s) for s in emulator.list("services", "default"))
+                return ready >= services
+
+            stack.wait_for(converged, timeout=CONVERGE_TIMEOUT_S, interval=0.1, what=f"{services} LB statuses")
+            converge_s = time.time() - started
+            runner.drain(120)  # follow-up deltas (our own finalizer/status writes) settle
+            requests = emulator.request_log.snapshot()
+            invocations = [i for i in runner.log[first_invocation:] if i.function == FUNCTION]
+            peak = runner.peak_concurrency.get(FUNCTION, 0)
+    status_at: dict[str, float] = {}
+    for entry in requests:
+        parts = entry["path"].rstrip("/").split("/")
+        if entry["method"] in ("PATCH", "PUT") and parts[-1] == "status" and entry["status"] < 300:
+            status_at.setdefault(parts[-2], entry["time"])
+    create_to_status = [(status_at[n] - created[n]) * 1000 for n in names if n in status_at]
+    e2e = capture.values.get("EndToEndLatency", [])
+    calls = capture.values.get("AwsCalls", [])
+    durations = capture.values.get("ReconcileDuration", [])
+    records = sum(i.batch_size for i in invocations)
+    calls_per_create = max(calls) if calls else 0.0
+    return {
+        **_summary(e2e),
+        "samples": [round(v, 1) for v in sorted(e2e)],  # one per status written (node deltas: none in the window)
+        "services": services,
+        "ports": 2,
+        "injected_latency_ms": latency_ms,
+        "concurrency": concurrency,
+        "peak_concurrency": peak,
+        "converge_s": round(converge_s, 1),
+        "create_to_status_ms": _summary(create_to_status),
+        "status_writes_seen": len(status_at),
+        "invocations": len(invocations),
+        "records": records,
+        "invocation_ms_mean": round(sum(i.duration for i in invocations) * 1000 / max(1, len(invocations)), 1),
+        "reconcile_ms": _summary(durations) if durations else None,
+        "reconcile_ms_mean": round(sum(durations) / len(durations), 1) if durations else None,
+        "aws_calls_per_reconcile_mean": round(sum(calls) / len(calls), 2) if calls else None,
+        "log_bytes_per_record": round(capture.bytes / max(1, records)),
+        "emf_metrics": sorted(f"{ns}/{name}[{','.join(dims)}]" for ns, name, dims in capture.metric_keys),
+        "anchor_model_s": anchor_model_s(services, latency_ms),
+        "our_model_s": our_model_s(services, latency_ms, calls_per_create, concurrency),
+        "notes": f"one run on this machine; {services} Services x 2 TCP ports (NLB) created at once, every AWS call "
+        f"of our functions +{latency_ms} ms (injected before send), ESM MaximumConcurrency {concurrency}. The runner "
+        "hosts the handlers as threads of one Python process with moto and the emulator (one GIL); the watcher is "
+        f"its own process. anchor_model_s = 1 worker x {CLOUD_PROVIDER_AWS['nlb']['create']} calls x {latency_ms} "
+        f"ms x {services}; our_model_s = ceil({services}/{concurrency}) x our max calls per create x {latency_ms} ms. "
+        "Every Service names one shared security group (service.beta.kubernetes.io/aws-load-balancer-security-groups):"
+        " with a managed group per LB the node group would need one rule per LB, over the default limit of 60.",
+    }
