@@ -19,7 +19,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with pytest.MonkeyPatch.context() as mp:
         # The runner hosts the handlers in this process: their AWS clients read this when first built.
         mp.setenv(faults.ENV_VAR, str(faults_file))
-        with Stack(StackConfig(state_dir=state_dir, concurrency=3, resync_seconds=3600)) as running:
+        # The production authentication path: DescribeCluster, a minted token, the emulator verifying it (TLS).
+        config = StackConfig(state_dir=state_dir, concurrency=3, resync_seconds=3600, kube_auth="eks")
+        with Stack(config) as running:
             running.faults_file = faults_file  # type: ignore[attr-defined]
             yield running
 
