@@ -63,7 +63,10 @@ def _gauge(port: int, name: str) -> float:
 
 
 def _service(i: int, lb: bool) -> dict[str, Any]:
-    spec: dict[str, Any] = {"type": "LoadBalancer" if lb else "ClusterIP", "ports": [{"port": 80}]}
+    # The others are headless (a common shape): the emulator then allocates no cluster IP, which at 10,000
+    # Services would make seeding quadratic; the watcher sees the same events either way.
+    spec: dict[str, Any] = {"type": "LoadBalancer"} if lb else {"type": "ClusterIP", "clusterIP": "None"}
+    spec["ports"] = [{"port": 80}]
     return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"svc-{i:05d}"}, "spec": spec}
 
 
