@@ -261,6 +261,8 @@ class Handler(BaseHTTPRequestHandler):
                 first = first and item[0] not in ("ADDED", "MODIFIED", "DELETED")
                 self._write_chunk(data)
                 sent += len(data)
+            # Logged before the end goes out, so a client that saw the end also sees the final byte count.
+            emu.request_log.update_entry(entry, bytes=sent)
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             self.close_connection = True
