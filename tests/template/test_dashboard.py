@@ -31,6 +31,7 @@ def emitted_names(module: Path) -> frozenset[str]:
     tree = ast.parse(module.read_text())
     names: set[str] = set()
     loop_values: dict[str, set[str]] = {}
+    parameters = {arg.arg for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for arg in node.args.args}
     for node in ast.walk(tree):
         if isinstance(node, ast.For) and isinstance(node.target, ast.Tuple) and isinstance(node.iter, ast.Tuple):
             for i, target in enumerate(node.target.elts):
@@ -41,10 +42,18 @@ def emitted_names(module: Path) -> frozenset[str]:
                         if isinstance(item, ast.Tuple) and isinstance(item.elts[i], ast.Constant)
                     )
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "add_call_metrics":
+            # The shared call metrics (ccm/call_metrics.py) plus the duration name the caller passes.
+            names.update(emitted_names(ROOT / "layers" / "ccm" / "ccm" / "call_metrics.py"))
+            duration = node.args[2]
+            assert isinstance(duration, ast.Constant), f"{module}: duration metric name not found"
+            names.add(duration.value)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_metric":
             (arg,) = [kw.value for kw in node.keywords if kw.arg == "name"]
             if isinstance(arg, ast.Constant):
                 names.add(arg.value)
+            elif isinstance(arg, ast.Name) and arg.id in parameters:
+                continue  # named by the caller (add_call_metrics' duration): collected at the call site
             else:
                 assert isinstance(arg, ast.Name) and loop_values.get(arg.id), f"{module}: metric name not found"
                 names.update(loop_values[arg.id])

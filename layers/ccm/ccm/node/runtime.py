@@ -46,9 +46,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.clients import AwsClients
 from ccm.aws.instances import Ec2Instances, instance_id_from_provider_id
 from ccm.batch import FifoBatchRuntime, PerEnvironment
+from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.contracts import InstanceMetadata, KubeObject, RetryError
 from ccm.k8s.client import new_api_client
@@ -182,18 +183,7 @@ class NodeRuntime(FifoBatchRuntime):
             logger.warning("record failed", extra={"error": describe_error(err), "attempt": attempt})
             raise
         finally:
-            calls = self.clients.counter.thread_calls()
-            metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(calls.values()))
-            metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(calls))
-            metrics.add_metric(
-                name="AwsThrottles", unit=MetricUnit.Count, value=self.clients.counter.thread_throttles()
-            )
-            metrics.add_metric(
-                name="NodeRecordDuration",
-                unit=MetricUnit.Milliseconds,
-                value=(time.time() - started) * 1000,
-                resolution=MetricResolution.High,
-            )
+            calls = add_call_metrics(metrics, self.clients.counter, "NodeRecordDuration", started)
             logger.info("processed", extra={"calls": dict(calls)})
 
     # -- Node deltas --------------------------------------------------------------------------------------------

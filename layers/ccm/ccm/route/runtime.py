@@ -28,9 +28,10 @@ from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.clients import AwsClients
 from ccm.aws.routes import VpcRoutes
 from ccm.batch import PerEnvironment, set_visibility
+from ccm.call_metrics import add_call_metrics
 from ccm.k8s.client import new_api_client
 from ccm.route.kube import RouteKube, RouteKubeApi
 from ccm.route.plan import Network, parse_cluster_cidrs
@@ -123,18 +124,7 @@ class RouteRuntime:
             metrics.add_metric(name="RouteReconcileFailed", unit=MetricUnit.Count, value=1)
             return most_tried.record, backoff_seconds(most_tried.attempt)
         finally:
-            calls = self.clients.counter.thread_calls()
-            metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(calls.values()))
-            metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(calls))
-            metrics.add_metric(
-                name="AwsThrottles", unit=MetricUnit.Count, value=self.clients.counter.thread_throttles()
-            )
-            metrics.add_metric(
-                name="ReconcileDuration",
-                unit=MetricUnit.Milliseconds,
-                value=(time.time() - started) * 1000,
-                resolution=MetricResolution.High,
-            )
+            calls = add_call_metrics(metrics, self.clients.counter, "ReconcileDuration", started)
         self.last_outcome = outcome
         for name, value in (
             ("RoutesCreated", outcome.created),

@@ -19,10 +19,11 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clb import ClassicLoadBalancers
-from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.clients import AwsClients
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
 from ccm.batch import FifoBatchRuntime, PerEnvironment
+from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
@@ -103,18 +104,7 @@ class ServiceRuntime(FifoBatchRuntime):
             metrics.add_metric(name="ReconcileFailed", unit=MetricUnit.Count, value=1)
             raise
         finally:
-            calls = self.clients.counter.thread_calls()
-            metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(calls.values()))
-            metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(calls))
-            metrics.add_metric(
-                name="AwsThrottles", unit=MetricUnit.Count, value=self.clients.counter.thread_throttles()
-            )
-            metrics.add_metric(
-                name="ReconcileDuration",
-                unit=MetricUnit.Milliseconds,
-                value=(time.time() - started) * 1000,
-                resolution=MetricResolution.High,
-            )
+            calls = add_call_metrics(metrics, self.clients.counter, "ReconcileDuration", started)
         done = time.time()
         metrics.add_metric(name="ReconcileSucceeded", unit=MetricUnit.Count, value=1)
         if outcome.invalid:
