@@ -48,6 +48,37 @@ origins = {name: getattr(sys.modules.get(name), "__file__", None) for name in ("
 print(json.dumps({"ms": elapsed, "cpu_ms": cpu, "origins": origins, "kubernetes": "kubernetes" in sys.modules}))
 """
 
+# The whole cold path to a first reconcile, minus the network: the handler's import, then what its first invocation
+# builds before its first request (the runtime with its Kubernetes client, boto3 and the two AWS clients every
+# function uses). Imports deferred out of the handler module (boto3, urllib3) are paid here, so nothing is hidden.
+COLD_PATH_PROBE = """
+import importlib.util, json, os, sys, tempfile, time
+paths, handler = json.loads(sys.argv[1]), sys.argv[2]
+sys.path[:0] = paths
+kubeconfig = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+json.dump({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+           "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9"}}],
+           "users": [{"name": "u", "user": {"token": "t"}}]}, kubeconfig)
+kubeconfig.close()
+os.environ.update(CLUSTER_NAME="probe", VPC_ID="vpc-1", AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
+                  AWS_ACCESS_KEY_ID="probe", AWS_SECRET_ACCESS_KEY="probe", CLUSTER_CIDRS="10.0.0.0/16",
+                  KUBE_AUTH_MODE="kubeconfig", KUBECONFIG=kubeconfig.name, MEMBERSHIP_TABLE="probe",
+                  SERVICES_QUEUE_URL="https://sqs.us-east-1.amazonaws.com/1/probe.fifo")
+started = time.perf_counter()
+spec = importlib.util.spec_from_file_location("app", handler)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+imported = time.perf_counter()
+from ccm.aws.clients import AwsClients
+built = module.runtime()
+clients = next(v for v in vars(built).values() if isinstance(v, AwsClients))
+clients.elbv2, clients.ec2
+done = time.perf_counter()
+origins = {name: getattr(sys.modules.get(name), "__file__", None) for name in ("boto3", "urllib3", "yaml", "ccm")}
+print(json.dumps({"import_ms": (imported - started) * 1000, "cold_path_ms": (done - started) * 1000,
+                  "origins": origins, "kubernetes": "kubernetes" in sys.modules}))
+"""
+
 MODULE_PROBE = """
 import json, sys, time
 sys.path[:0] = json.loads(sys.argv[1])
@@ -125,6 +156,11 @@ def import_handler(function_dir: Path, layer_deps: Path, runtime: Path) -> dict[
     return _probe(IMPORT_PROBE, json.dumps(paths), str(function_dir / "app.py"))
 
 
+def cold_path(function_dir: Path, layer_deps: Path, runtime: Path) -> dict[str, Any]:
+    paths = sys_path(function_dir, layer_deps, runtime)
+    return _probe(COLD_PATH_PROBE, json.dumps(paths), str(function_dir / "app.py"))
+
+
 def import_module(module: str, layer_deps: Path, runtime: Path) -> dict[str, float]:
     paths = [str(LAYER_CODE), str(layer_deps), str(runtime)]
     return {k: float(v) for k, v in _probe(MODULE_PROBE, json.dumps(paths), module).items()}
@@ -142,15 +178,17 @@ def measure(runs: int = 5) -> dict[str, Any]:
         import_handler(directory, layer_deps, runtime)  # writes the .pyc of ccm and the function, as pip did for deps
         probes = [import_handler(directory, layer_deps, runtime) for _ in range(runs)]
         samples = [p["ms"] for p in probes]
+        cold = [cold_path(directory, layer_deps, runtime)["cold_path_ms"] for _ in range(runs)]
         result[name] = {
             "import_ms": round(statistics.median(samples), 1),
             "import_cpu_ms": round(statistics.median(p["cpu_ms"] for p in probes), 1),
             "import_ms_samples": [round(s, 1) for s in samples],
             "imports_kubernetes": probes[0]["kubernetes"],
+            "cold_path_ms": round(statistics.median(cold), 1),
             "package_mb": round(deps_mb + layer_mb + size_mb(directory), 1),
         }
     result["dependencies"] = {}
-    for module in ("boto3", "kubernetes.client", "aws_lambda_powertools.metrics", "aws_lambda_powertools.logging"):
+    for module in ("boto3", "urllib3", "aws_lambda_powertools.metrics", "aws_lambda_powertools.logging"):
         probes = [import_module(module, layer_deps, runtime) for _ in range(runs)]
         result["dependencies"][module] = {
             "import_ms": round(statistics.median(p["ms"] for p in probes), 1),
@@ -164,7 +202,8 @@ def measure(runs: int = 5) -> dict[str, Any]:
         "layer, runtime boto3), this machine's CPython "
         f"{sys.version_info[0]}.{sys.version_info[1]} x86_64 on a shared 2-core host; package_mb: unzipped size "
         "of the python3.13/arm64 install of layers/ccm/requirements.txt + ccm + the function code (boto3 excluded: "
-        "the runtime has it)"
+        "the runtime has it); cold_path_ms: the import plus what the first invocation builds before its first request "
+        "(the runtime, its Kubernetes client, boto3 and the elbv2/ec2 clients), median of the same number of runs"
     )
     return result
 

@@ -17,6 +17,7 @@ from kubernetes import client, config
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
@@ -55,12 +56,12 @@ class BenchWorld:
         )["QueueUrl"]
         self.runtime = ServiceRuntime(
             Settings(CLUSTER, self.world.vpc_id, default_lb_type=lb_type),
-            Kube(self.api_client),
+            Kube(from_kubeconfig(self.kubeconfig)),
             self.clients,
             self.store,
         )
         # Steady state: the table is seeded (once per cluster, by the first reconcile or the nodes Lambda).
-        MemberNodes(Kube(self.api_client), self.store).records()
+        MemberNodes(Kube(from_kubeconfig(self.kubeconfig)), self.store).records()
 
     def _create_table(self) -> str:
         name = f"bench-members-{uuid.uuid4().hex[:8]}"

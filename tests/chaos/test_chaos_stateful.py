@@ -138,6 +138,11 @@ class ChaosMachine(RuleBasedStateMachine):
         self._step("create_service")
         if name in self._live():
             return
+        if name in self.services and w.read(self.stack, "services", self.ns, name) is not None:
+            # Deleted but still terminating behind our finalizer: the API server refuses the name (409), as it
+            # would refuse `kubectl create`; a user waits for the old object to go, so the schedule does too.
+            self._note(f"create {name}: skipped, the deleted {name} is still terminating")
+            return
         annotations, valid = ANNOTATIONS[ann]
         self._note(f"create {name}: {'LoadBalancer' if lb else 'ClusterIP'} {_ports(ports)} {annotations or ''}")
         self._record(w.create_service(self.stack, w.service_body(self.ns, name, lb, ports, annotations)))

@@ -20,9 +20,13 @@ from tests.deploy.conftest import REPO, TARGETS, Obj, find, make_kubectl, render
 
 WATCHER = "serverless-ccm-watcher"
 NAMESPACE = "serverless-ccm"
-_CALL = re.compile(r"\bcore\.([a-z_]+)\b")  # calls, and methods handed to an informer
+_CALL = re.compile(r"\bcore\.([a-z_]+)\b")  # the official client's calls, and methods handed to an informer
 _METHOD = re.compile(r"(read|list|create|patch|replace|delete)_(namespaced_)?([a-z]+?)(_status)?(_for_all_namespaces)?")
 _VERBS = {"read": "get", "list": "list", "create": "create", "patch": "patch", "replace": "update", "delete": "delete"}
+# The functions' own client (ccm.k8s.rest): `api.<method>(<path expression>, ...)`.
+_REST_CALL = re.compile(r"\bapi\.(get|post|patch|delete|request)\(")
+_REST_VERBS = {"get": "get", "post": "create", "patch": "patch", "delete": "delete"}
+_COLLECTIONS = {'"/api/v1/nodes"': "nodes", '"/api/v1/services"': "services"}
 
 
 def k8s_calls(*roots: Path) -> set[tuple[str, str]]:
@@ -36,7 +40,38 @@ def k8s_calls(*roots: Path) -> set[tuple[str, str]]:
                 assert match, f"{path}: unrecognised Kubernetes call core.{method}"
                 resource = match[3] + "s" + ("/status" if match[4] else "")
                 calls.add((resource, _VERBS[match[1]]))
+            text = path.read_text()
+            for match in _REST_CALL.finditer(text):
+                calls.add(_rest_call(path, match[1], _first_argument(text, match.end())))
     return calls
+
+
+def _first_argument(text: str, start: int) -> str:
+    depth = 0
+    for end in range(start, len(text)):
+        char = text[end]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif char == "," and depth == 0:
+            break
+    return " ".join(text[start:end].split())
+
+
+def _rest_call(path: Path, method: str, path_expr: str) -> tuple[str, str]:
+    """("nodes", "list") for `api.get("/api/v1/nodes", query)`, ("services/status", "patch") for
+    `api.patch(service_path(ns, name) + "/status", body)`..."""
+    assert method != "request", f"{path}: call api.get/post/patch/delete, so RBAC can be derived: {path_expr}"
+    if path_expr in _COLLECTIONS:
+        assert method == "get", f"{path}: {method} on a collection"
+        return _COLLECTIONS[path_expr], "list"
+    kinds = [kind for kind in ("events", "service", "node") if kind in path_expr]
+    assert len(kinds) == 1, f"{path}: cannot tell the resource of api.{method}({path_expr})"
+    resource = kinds[0].rstrip("s") + "s" + ("/status" if "/status" in path_expr else "")
+    return resource, _REST_VERBS[method]
 
 
 def granted(role: Obj) -> set[tuple[str, str]]:

@@ -7,9 +7,9 @@ import time
 
 import boto3
 import pytest
-from kubernetes import client
 
-from ccm.k8s.eks_token import install_token_refresh, mint_token
+from ccm.k8s.eks_token import EksToken, mint_token
+from ccm.k8s.rest import ApiError, KubeRest
 from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.eks_auth import EksTokenValidator
 
@@ -68,23 +68,17 @@ def test_a_token_older_than_fifteen_minutes_is_refused():
     assert late(token) is None and "expired" in late.refusals[-1]
 
 
-def test_the_kubernetes_client_authenticates_with_a_minted_token_over_tls(tmp_path):
+def test_the_functions_client_authenticates_with_a_minted_token_over_tls(tmp_path):
     validator = EksTokenValidator("prod", {"AKIDDEVSTACK": "s3cret"}, {"AKIDDEVSTACK": "arn:aws:iam::1:role/fn"})
     emu = Emulator(require_token=True, token_validator=validator, tls=True).start()
     try:
         ca = tmp_path / "ca.pem"
         ca.write_bytes(emu.ca_pem or b"")
-        configuration = client.Configuration()
-        configuration.host = emu.url
-        configuration.ssl_ca_cert = str(ca)
-        install_token_refresh(configuration, session(), "prod")
-        client.CoreV1Api(client.ApiClient(configuration)).list_namespace()
+        KubeRest(emu.url, token=EksToken(session(), "prod"), ca_file=str(ca)).get("/api/v1/namespaces")
         assert emu.request_log.snapshot()[-1]["user"] == "arn:aws:iam::1:role/fn"
-        other = client.Configuration()
-        other.host, other.ssl_ca_cert = emu.url, str(ca)
-        install_token_refresh(other, session(), "staging")
-        with pytest.raises(client.ApiException) as refused:
-            client.CoreV1Api(client.ApiClient(other)).list_namespace()
+        other = KubeRest(emu.url, token=EksToken(session(), "staging"), ca_file=str(ca))
+        with pytest.raises(ApiError) as refused:
+            other.get("/api/v1/namespaces")
         assert refused.value.status == 401
     finally:
         emu.stop()

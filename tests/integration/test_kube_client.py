@@ -1,20 +1,25 @@
-"""How the Lambdas authenticate to the Kubernetes API: EKS tokens and a kubeconfig kept in Secrets Manager,
-checked against the emulator with token checking switched on (what the client really sends)."""
+"""How the Lambdas authenticate to the Kubernetes API (ccm.k8s.rest, not the official client): EKS tokens, a
+kubeconfig kept in Secrets Manager, token files, in-cluster service accounts; checked against the emulator with
+token checking (and TLS) switched on, so what the client really sends is what is verified."""
 
 from __future__ import annotations
 
 import base64
+import json
+import os
+import stat
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from kubernetes import client
 from moto import mock_aws
 
 from ccm.k8s.client import new_api_client
-from ccm.k8s.eks_token import TOKEN_PREFIX, install_token_refresh, mint_token
+from ccm.k8s.eks_token import TOKEN_LIFETIME_S, TOKEN_PREFIX, EksToken, mint_token
+from ccm.k8s.kubeconfig import KubeconfigError, from_kubeconfig, from_kubeconfig_text, in_cluster
+from ccm.k8s.rest import ApiError, KubeRest
 from devstack.k8s_emulator import Emulator
 
 
@@ -24,7 +29,7 @@ def presigned_url(token: str) -> str:
     return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
 
 
-def eks_validator(cluster: str, seen: list[str]):
+def eks_validator(cluster: str, seen: list[str]) -> Callable[[str], str | None]:
     def validate(token: str) -> str | None:
         seen.append(token)
         if not token.startswith(TOKEN_PREFIX):
@@ -52,43 +57,127 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-def test_eks_token_is_a_presigned_get_caller_identity_for_the_cluster(aws: None):
+@pytest.fixture
+def tls_emulator() -> Iterator[Emulator]:
+    emu = Emulator(tls=True, require_token=True, tokens={"s3cret": "ccm"}).start()
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+def test_eks_token_is_a_presigned_get_caller_identity_for_the_cluster(aws: None) -> None:
     token = mint_token(boto3.session.Session(), "prod-1")
     url = urllib.parse.urlparse(presigned_url(token))
     query = urllib.parse.parse_qs(url.query)
-    assert url.hostname == "sts.us-east-1.amazonaws.com" or url.hostname.startswith("sts.")
+    assert url.hostname is not None and url.hostname.startswith("sts.")
     assert query["Action"] == ["GetCallerIdentity"] and query["Version"] == ["2011-06-15"]
     assert "x-k8s-aws-id" in query["X-Amz-SignedHeaders"][0].split(";")
     assert "=" not in token[len(TOKEN_PREFIX) :]  # base64url without padding
 
 
-def test_the_client_sends_the_eks_token_as_a_bearer_token(aws: None):
+def test_the_client_sends_the_eks_token_as_a_bearer_token_and_remints_it_before_expiry(aws: None) -> None:
     seen: list[str] = []
     emu = Emulator(require_token=True, token_validator=eks_validator("prod-1", seen)).start()
+    now = [1_000_000.0]
     try:
-        configuration = client.Configuration()
-        configuration.host = emu.url
-        install_token_refresh(configuration, boto3.session.Session(), "prod-1")
-        # What the client will put on the wire (the v36+ BearerToken pitfall).
-        header = configuration.auth_settings()["BearerToken"]
-        assert header["key"] == "authorization" and header["value"].startswith("Bearer k8s-aws-v1.")
-        api = client.CoreV1Api(client.ApiClient(configuration))
-        api.list_node()
-        assert seen and seen[-1].startswith(TOKEN_PREFIX)
-        assert emu.request_log.snapshot()[-1]["user"] == "eks:prod-1"
+        source = EksToken(boto3.session.Session(), "prod-1", clock=lambda: now[0])
+        api = KubeRest(emu.url, token=source)
+        api.get("/api/v1/nodes")
+        api.get("/api/v1/nodes")
+        # What went over the wire: "Authorization: Bearer k8s-aws-v1...." (the emulator saw and accepted it).
+        assert len(seen) == 2 and seen[0] == seen[1] and seen[0].startswith(TOKEN_PREFIX)
+        assert [entry["user"] for entry in emu.request_log.snapshot()[-2:]] == ["eks:prod-1"] * 2
+        minted_first = source._minted_at
+        now[0] += TOKEN_LIFETIME_S + 1  # the token is now 10 minutes old: the next request mints a new one
+        api.get("/api/v1/nodes")
+        assert source._minted_at == now[0] != minted_first and seen[-1].startswith(TOKEN_PREFIX)
     finally:
         emu.stop()
 
 
-def test_kubeconfig_from_secrets_manager(aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    emu = Emulator(require_token=True, tokens={"s3cret": "ccm"}).start()
-    try:
-        kubeconfig = Path(emu.write_kubeconfig(str(tmp_path / "kc"), token="s3cret")).read_text()
-        arn = boto3.client("secretsmanager").create_secret(Name="ccm-kubeconfig", SecretString=kubeconfig)["ARN"]
-        monkeypatch.setenv("KUBE_AUTH_MODE", "kubeconfig-secret")
-        monkeypatch.setenv("KUBECONFIG_SECRET_ARN", arn)
-        api = client.CoreV1Api(new_api_client())
-        api.list_node()
-        assert emu.request_log.snapshot()[-1]["user"] == "ccm"
-    finally:
-        emu.stop()
+def test_kubeconfig_from_secrets_manager(
+    aws: None, tls_emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = Path(tls_emulator.write_kubeconfig(str(tmp_path / "kc"), token="s3cret"))
+    arn = boto3.client("secretsmanager").create_secret(Name="ccm-kubeconfig", SecretString=kubeconfig.read_text())[
+        "ARN"
+    ]
+    monkeypatch.setenv("KUBE_AUTH_MODE", "kubeconfig-secret")
+    monkeypatch.setenv("KUBECONFIG_SECRET_ARN", arn)
+    new_api_client().get("/api/v1/nodes")
+    assert tls_emulator.request_log.snapshot()[-1]["user"] == "ccm"
+
+
+def test_the_certificate_authority_is_verified(tls_emulator: Emulator, tmp_path: Path) -> None:
+    good = from_kubeconfig(tls_emulator.write_kubeconfig(str(tmp_path / "kc"), token="s3cret"))
+    assert good.get("/api/v1/namespaces/default")["metadata"]["name"] == "default"
+    config = json.loads((tmp_path / "kc").read_text())
+    del config["clusters"][0]["cluster"]["certificate-authority-data"]  # no CA: the system store does not know it
+    untrusted = from_kubeconfig_text(json.dumps(config))
+    untrusted.pool.connection_pool_kw["retries"] = 0
+    with pytest.raises(Exception, match=r"(?i)certificate"):
+        untrusted.get("/api/v1/nodes")
+    config["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    assert from_kubeconfig_text(json.dumps(config)).get("/api/v1/nodes")["items"] == []
+
+
+def test_a_token_file_is_read_relative_to_the_kubeconfig(tls_emulator: Emulator, tmp_path: Path) -> None:
+    config = json.loads(Path(tls_emulator.write_kubeconfig(str(tmp_path / "kc"), token="s3cret")).read_text())
+    (tmp_path / "token").write_text("s3cret\n")
+    config["users"][0]["user"] = {"tokenFile": "token"}
+    (tmp_path / "kc").write_text(json.dumps(config))
+    from_kubeconfig(str(tmp_path / "kc")).get("/api/v1/nodes")
+    assert tls_emulator.request_log.snapshot()[-1]["user"] == "ccm"
+
+
+def test_in_cluster_uses_the_service_account_token_and_ca(
+    tls_emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert tls_emulator.ca_pem is not None
+    (tmp_path / "token").write_text("s3cret")
+    (tmp_path / "ca.crt").write_bytes(tls_emulator.ca_pem)
+    url = urllib.parse.urlparse(tls_emulator.url)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", str(url.hostname))
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(url.port))
+    in_cluster(str(tmp_path)).get("/api/v1/nodes")
+    assert tls_emulator.request_log.snapshot()[-1]["user"] == "ccm"
+
+
+def test_client_certificates_are_written_private_and_plugins_are_refused() -> None:
+    config = {
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [{"name": "k", "cluster": {"server": "https://k8s.example:6443"}}],
+        "users": [
+            {
+                "name": "u",
+                "user": {
+                    "client-certificate-data": base64.b64encode(b"CERT").decode(),
+                    "client-key-data": base64.b64encode(b"KEY").decode(),
+                },
+            }
+        ],
+    }
+    api = from_kubeconfig_text(json.dumps(config))
+    key_file = api.pool.connection_pool_kw["key_file"]
+    assert Path(key_file).read_bytes() == b"KEY" and stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
+    assert Path(api.pool.connection_pool_kw["cert_file"]).read_bytes() == b"CERT"
+    config["users"][0]["user"] = {"exec": {"command": "aws", "args": ["eks", "get-token"]}}
+    with pytest.raises(KubeconfigError, match="exec"):
+        from_kubeconfig_text(json.dumps(config))
+    config["current-context"] = "nope"
+    with pytest.raises(KubeconfigError, match="no context named 'nope'"):
+        from_kubeconfig_text(json.dumps(config))
+
+
+def test_errors_carry_the_status_and_one_line_message(tls_emulator: Emulator, tmp_path: Path) -> None:
+    api = from_kubeconfig(tls_emulator.write_kubeconfig(str(tmp_path / "kc"), token="s3cret"))
+    with pytest.raises(ApiError) as caught:
+        api.get("/api/v1/namespaces/default/services/nope")
+    assert caught.value.status == 404
+    assert str(caught.value) == '(404) Not Found: services "nope" not found'
+    refused = from_kubeconfig(tls_emulator.write_kubeconfig(str(tmp_path / "kc2"), token="wrong"))
+    with pytest.raises(ApiError) as caught:
+        refused.get("/api/v1/nodes")
+    assert caught.value.status == 401 and "s3cret" not in str(caught.value)

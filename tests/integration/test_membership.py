@@ -15,6 +15,7 @@ from kubernetes import client, config
 from ccm.aws.clients import CallCounter
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
@@ -54,7 +55,7 @@ def emulator(tmp_path: Path, world: World) -> Iterator[Emulator]:
 
 @pytest.fixture
 def kube(emulator: Emulator, tmp_path: Path) -> Kube:
-    return Kube(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig")))
+    return Kube(from_kubeconfig(str(tmp_path / "kubeconfig")))
 
 
 def test_store_orders_writes_by_resource_version_and_needs_seeding(table: MembershipStore):
@@ -130,7 +131,10 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
     api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
     core = client.CoreV1Api(api_client)
     runtime = ServiceRuntime(
-        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), Kube(api_client), world.clients, table
+        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
+        Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
+        world.clients,
+        table,
     )
     stack = {"core": core, "runtime": runtime, "sqs": sqs, "queue_url": url}
 

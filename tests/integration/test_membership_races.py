@@ -12,6 +12,7 @@ from kubernetes import client, config
 
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
@@ -76,9 +77,12 @@ def test_a_node_leaving_during_the_first_reconcile_reaches_the_new_service(
     api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
     core = client.CoreV1Api(api_client)
     runtime = ServiceRuntime(
-        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), Kube(api_client), world.clients, table
+        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
+        Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
+        world.clients,
+        table,
     )
-    members = MembersWithANodeLeavingAfterTheRead(Kube(api_client), table)
+    members = MembersWithANodeLeavingAfterTheRead(Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))), table)
     runtime.reconciler.members = members
     victim = emulator.list("nodes")[0]
     updater = MembershipUpdater(table, sqs, url, clock=lambda: 1000.0)
@@ -107,7 +111,10 @@ def test_a_host_update_of_a_now_invalid_service_warns_without_retrying(
     api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
     core = client.CoreV1Api(api_client)
     runtime = ServiceRuntime(
-        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), Kube(api_client), world.clients, table
+        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
+        Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
+        world.clients,
+        table,
     )
     stack = {"sqs": sqs, "queue_url": url}
     svc = create_service(core)

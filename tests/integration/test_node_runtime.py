@@ -21,6 +21,7 @@ from moto import mock_aws
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.messages import Delta, delta_for
 from ccm.node import model as m
 from ccm.node.events import EC2_EVENTS_GROUP, SAFETY_PASS_GROUP, ec2_state_change_body, scheduled_event_body
@@ -61,7 +62,7 @@ class Harness:
         self.pass_calls: list[int] = []
         self.runtime = NodeRuntime(
             Settings("test-cluster", vpc_id, region=REGION),
-            Kube(api_client),
+            Kube(from_kubeconfig(kubeconfig)),
             clients,
             delta_consumers=[self._consumer],
             periodic_consumers=[lambda ctx: self.pass_calls.append(len(ctx.nodes))],

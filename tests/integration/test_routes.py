@@ -17,6 +17,7 @@ from kubernetes import client, config
 
 from ccm.aws import faults
 from ccm.aws.clients import AwsClients
+from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.messages import Delta, delta_for
 from ccm.route.kube import RouteKube
 from ccm.route.plan import parse_cluster_cidrs
@@ -127,7 +128,7 @@ def env(world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     sqs = boto3.client("sqs", region_name=REGION)
     url = sqs.create_queue(QueueName="routes.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})
     clients = AwsClients(region=REGION, counter=world.clients.counter)
-    runtime = RouteRuntime(RouteSettings(CLUSTER, world.vpc_id, CIDRS), RouteKube(api_client), clients)
+    runtime = RouteRuntime(RouteSettings(CLUSTER, world.vpc_id, CIDRS), RouteKube(from_kubeconfig(kubeconfig)), clients)
     world.clients = clients
     core = client.CoreV1Api(api_client)
     yield Env(world, emu, core, runtime, ec2, sqs, url["QueueUrl"], tables, untagged, faults_file)

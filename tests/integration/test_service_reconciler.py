@@ -18,6 +18,7 @@ from ccm.aws import faults
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.messages import delta_for
 from ccm.service import predicates as p
 from ccm.service.runtime import ServiceRuntime
@@ -55,7 +56,11 @@ def stack(world: World, emulator: Emulator, tmp_path: Path) -> Iterator[dict[str
     queue_url = sqs.create_queue(QueueName="svc.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})[
         "QueueUrl"
     ]
-    runtime = ServiceRuntime(Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), Kube(api_client), world.clients)
+    runtime = ServiceRuntime(
+        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
+        Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
+        world.clients,
+    )
     yield {"core": client.CoreV1Api(api_client), "runtime": runtime, "sqs": sqs, "queue_url": queue_url}
 
 

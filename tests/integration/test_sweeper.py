@@ -19,6 +19,7 @@ from ccm.aws import faults, names
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.messages import delta_for, parse_delta
 from ccm.service.runtime import ServiceRuntime
 from ccm.sweeper import runtime as sweeper_runtime
@@ -55,6 +56,7 @@ class Stack:
             emulator.create(n)
         self.api_client = config.new_client_from_config(config_file=kubeconfig)
         self.core = client.CoreV1Api(self.api_client)
+        self.lambda_api = from_kubeconfig(kubeconfig)  # what the functions use
         self.sqs = boto3.client("sqs", region_name="us-east-1")
         self.queue_url = self.sqs.create_queue(
             QueueName="svc.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"}
@@ -81,7 +83,7 @@ class Stack:
             ],
         )["GroupId"]
         settings = Settings(CLUSTER, world.vpc_id, default_lb_type="nlb")
-        self.services = ServiceRuntime(settings, Kube(self.api_client), world.clients)
+        self.services = ServiceRuntime(settings, Kube(self.lambda_api), world.clients)
         self.clock = Clock()
 
     def reconcile(self, svc: dict[str, Any], event: str = "ADDED") -> None:
@@ -104,8 +106,8 @@ class Stack:
         settings = SweeperSettings(
             Settings(CLUSTER, self.world.vpc_id, default_lb_type="nlb"), self.queue_url, TABLE, dry_run, GRACE
         )
-        lister = ServiceLister(self.api_client)
-        return Sweeper(settings, Kube(self.api_client), lister, clients or self.world.clients, clock=self.clock)
+        lister = ServiceLister(self.lambda_api)
+        return Sweeper(settings, Kube(self.lambda_api), lister, clients or self.world.clients, clock=self.clock)
 
     def sweep(self, dry_run: bool = False, after: float = 0.0) -> RunReport:
         self.clock.now += after

@@ -11,12 +11,12 @@ from typing import Any
 
 import boto3
 import pytest
-from kubernetes import config
 from moto import mock_aws
 
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.messages import heartbeat_for
 from ccm.service.runtime import ServiceRuntime, metrics
 from devstack.k8s_emulator import Emulator
@@ -79,8 +79,9 @@ def test_heartbeat_emits_heartbeat_and_lag_and_calls_nothing(
         )
         event = lambda_event(sqs, url)
         clients = AwsClients(region="us-east-1")
-        api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
-        runtime = ServiceRuntime(Settings("unit", "vpc-1"), Kube(api_client), clients)
+        runtime = ServiceRuntime(
+            Settings("unit", "vpc-1"), Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))), clients
+        )
         emulator.request_log.clear()
         metrics.clear_metrics()
         capsys.readouterr()

@@ -6,6 +6,7 @@ which botocore emits after EVERY attempt, so a throttled attempt that a retry la
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -13,14 +14,19 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-import boto3
-from botocore.config import Config
-
 from ccm.aws import faults
 
 READ_PREFIXES = ("Describe", "Get", "List", "Query", "Scan", "BatchGet")
-# Adaptive mode adds client-side rate limiting on throttling errors, so bursts back off instead of failing.
-RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8}, connect_timeout=5, read_timeout=20)
+
+
+@functools.cache
+def retry_config() -> Any:
+    """Adaptive mode adds client-side rate limiting on throttling errors, so bursts back off instead of failing."""
+    from botocore.config import Config  # deferred with boto3 (see AwsClients.session)
+
+    return Config(retries={"mode": "adaptive", "max_attempts": 8}, connect_timeout=5, read_timeout=20)
+
+
 # The error codes botocore's retry modes treat as throttling (botocore.retries.standard), plus EC2's own; HTTP 429
 # without a known code counts too.
 THROTTLING_CODES = frozenset(
@@ -112,15 +118,26 @@ class AwsClients:
     """One session and one client per service, reused across warm invocations."""
 
     def __init__(self, region: str | None = None, counter: CallCounter | None = None) -> None:
-        self.session = boto3.session.Session(region_name=region or None)
+        self.region = region or None
         self.counter = counter or CallCounter()
+        self._session: Any = None
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
+
+    @property
+    def session(self) -> Any:
+        """Made on first use: importing boto3 costs ~170-300 ms, which the handler module's import (the cold
+        start's init phase) then does not pay; a batch that needs no AWS call never pays it at all."""
+        if self._session is None:
+            import boto3
+
+            self._session = boto3.session.Session(region_name=self.region)
+        return self._session
 
     def client(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
-                made = self.session.client(service, config=RETRY_CONFIG)
+                made = self.session.client(service, config=retry_config())
                 faults.attach(made)
                 _inject_latency(made)
                 self._clients[service] = self.counter.attach(made)

@@ -1,7 +1,7 @@
 """EKS authentication without a kubeconfig: endpoint + CA from DescribeCluster, token from a local presign.
 
 Token = "k8s-aws-v1." + base64url(presigned STS GetCallerIdentity URL whose signature covers the header
-x-k8s-aws-id: <cluster>). Valid 15 minutes; refreshed after 10 by the client's refresh hook.
+x-k8s-aws-id: <cluster>). Valid 15 minutes; re-minted after 10, just before the request that needs it.
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import base64
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
 
 import boto3
 from botocore.signers import RequestSigner
-from kubernetes import client
+
+from ccm.k8s.rest import KubeRest
 
 TOKEN_PREFIX = "k8s-aws-v1."
 TOKEN_LIFETIME_S = 600  # re-mint well before the 15-minute expiry
@@ -44,27 +45,24 @@ def mint_token(session: boto3.session.Session, cluster_name: str) -> str:
     return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
-def configure_eks(configuration: client.Configuration, cluster_name: str) -> None:
-    session = boto3.session.Session()
+class EksToken:
+    """A token source for KubeRest: minted on first use and again once it is TOKEN_LIFETIME_S old."""
+
+    def __init__(self, session: boto3.session.Session, cluster_name: str, clock: Callable[[], float] = time.time):
+        self.session, self.cluster_name, self.clock = session, cluster_name, clock
+        self._token = ""
+        self._minted_at = float("-inf")
+
+    def __call__(self) -> str:
+        if self.clock() - self._minted_at > TOKEN_LIFETIME_S:
+            self._token = mint_token(self.session, self.cluster_name)
+            self._minted_at = self.clock()
+        return self._token
+
+
+def eks_client(cluster_name: str, session: boto3.session.Session | None = None) -> KubeRest:
+    session = session or boto3.session.Session()
     cluster = session.client("eks").describe_cluster(name=cluster_name)["cluster"]
     with tempfile.NamedTemporaryFile(prefix="eks-ca-", suffix=".pem", delete=False) as ca:
         ca.write(base64.b64decode(cluster["certificateAuthority"]["data"]))
-    configuration.host = cluster["endpoint"]
-    configuration.ssl_ca_cert = ca.name
-    install_token_refresh(configuration, session, cluster_name)
-
-
-def install_token_refresh(configuration: client.Configuration, session: boto3.session.Session, cluster: str) -> None:
-    """Mint a token now and again before it expires, just before a request needs it."""
-    cluster_name = cluster
-    minted = {"at": 0.0}
-
-    def refresh(conf: Any) -> None:
-        if time.time() - minted["at"] > TOKEN_LIFETIME_S:
-            # kubernetes client v36+: the key is 'BearerToken' and the prefix must be part of the value.
-            conf.api_key["BearerToken"] = "Bearer " + mint_token(session, cluster_name)
-            conf.api_key_prefix.pop("BearerToken", None)
-            minted["at"] = time.time()
-
-    configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]
-    refresh(configuration)
+    return KubeRest(cluster["endpoint"], token=EksToken(session, cluster_name), ca_file=ca.name)

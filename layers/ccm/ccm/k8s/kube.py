@@ -3,17 +3,15 @@ slower than the reconcile itself and the decisions work on dicts anyway)."""
 
 from __future__ import annotations
 
-import json
 import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from ccm.contracts import KubeObject
+from ccm.k8s.rest import MERGE_PATCH, ApiError, KubeRest, quote
 
-MERGE_PATCH = "application/merge-patch+json"
+__all__ = ["MERGE_PATCH", "ApiError", "Kube", "KubeRest", "service_path"]
+
 EVENT_COMPONENT = "service-controller"
 
 
@@ -21,22 +19,22 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _json(response: Any) -> Any:
-    return json.loads(response.data)
+def service_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace)}/services/{quote(name)}"
 
 
 class Kube:
-    """Thin, typed edge over CoreV1Api for services, nodes and events."""
+    """Thin, typed edge over the API for services, nodes and events."""
 
-    def __init__(self, api_client: client.ApiClient, reporting_instance: str = "serverless-ccm") -> None:
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api: KubeRest, reporting_instance: str = "serverless-ccm") -> None:
+        self.api = api
         self.reporting_instance = reporting_instance
 
     def get_service(self, namespace: str, name: str) -> KubeObject | None:
         try:
-            svc: KubeObject = _json(self.core.read_namespaced_service(name, namespace, _preload_content=False))
+            svc: KubeObject = self.api.get(service_path(namespace, name))
             return svc
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 404:
                 return None
             raise
@@ -45,10 +43,10 @@ class Kube:
         nodes: list[KubeObject] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False}
+            query: dict[str, str | int] = {"limit": page_size}
             if token:
-                kwargs["_continue"] = token
-            page = _json(self.core.list_node(**kwargs))
+                query["continue"] = token
+            page = self.api.get("/api/v1/nodes", query)
             nodes.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -59,11 +57,7 @@ class Kube:
         the reconcile is retried on fresh data, so nobody else's finalizer is ever dropped."""
         meta = svc["metadata"]
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
-        updated: KubeObject = _json(
-            self.core.patch_namespaced_service(
-                meta["name"], meta["namespace"], body, _content_type=MERGE_PATCH, _preload_content=False
-            )
-        )
+        updated: KubeObject = self.api.patch(service_path(meta["namespace"], meta["name"]), body)
         return updated
 
     def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> bool:
@@ -71,10 +65,8 @@ class Kube:
         meta = svc["metadata"]
         body = {"status": {"loadBalancer": {"ingress": ingress or None}}}
         try:
-            self.core.patch_namespaced_service_status(
-                meta["name"], meta["namespace"], body, _content_type=MERGE_PATCH, _preload_content=False
-            )
-        except ApiException as err:
+            self.api.patch(service_path(meta["namespace"], meta["name"]) + "/status", body)
+        except ApiError as err:
             if err.status == 404:
                 return False
             raise
@@ -109,4 +101,4 @@ class Kube:
             "lastTimestamp": now,
             "count": 1,
         }
-        self.core.create_namespaced_event(namespace, event, _preload_content=False)  # type: ignore[arg-type]
+        self.api.post(f"/api/v1/namespaces/{quote(namespace)}/events", event)

@@ -7,16 +7,13 @@ lists (a strategic merge would merge addresses by `type`, which mangles several 
 
 from __future__ import annotations
 
-import json
 import secrets
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from ccm.contracts import KubeObject
-from ccm.k8s.kube import MERGE_PATCH, Kube
+from ccm.k8s.kube import Kube
+from ccm.k8s.rest import ApiError, quote
 
 # Upstream's event sources: initialisation events come from the cloud node controller, deletions from the
 # cloud node lifecycle controller.
@@ -31,13 +28,13 @@ class Conflict(Exception):
 class NodeApi:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self.core: client.CoreV1Api = kube.core
+        self.api = kube.api
 
     def get_node(self, name: str) -> KubeObject | None:
         try:
-            node: KubeObject = _body(self.core.read_node(name, _preload_content=False))
+            node: KubeObject = self.api.get(_node_path(name))
             return node
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 404:
                 return None
             raise
@@ -54,41 +51,34 @@ class NodeApi:
             meta["resourceVersion"] = node["metadata"]["resourceVersion"]
             body = {**patch, "metadata": meta}
         try:
-            response = self.core.patch_node(
-                node["metadata"]["name"], body, _content_type=MERGE_PATCH, _preload_content=False
-            )
-        except ApiException as err:
+            updated: KubeObject = self.api.patch(_node_path(node["metadata"]["name"]), body)
+        except ApiError as err:
             if err.status == 404:
                 return None
             if err.status == 409:
                 raise Conflict(str(err.reason)) from err
             raise
-        updated: KubeObject = _body(response)
         return updated
 
     def patch_addresses(self, node: KubeObject, addresses: list[dict[str, str]]) -> KubeObject | None:
         """Replace status.addresses (no precondition, as upstream). None if the node is gone."""
         try:
-            response = self.core.patch_node_status(
-                node["metadata"]["name"],
-                {"status": {"addresses": addresses}},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
+            updated: KubeObject = self.api.patch(
+                _node_path(node["metadata"]["name"]) + "/status", {"status": {"addresses": addresses}}
             )
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 404:
                 return None
             raise
-        updated: KubeObject = _body(response)
         return updated
 
     def delete_node(self, node: KubeObject) -> bool:
         """Delete exactly this node object (UID precondition: never a re-registered one). False if gone."""
         meta = node["metadata"]
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta.get("uid")))
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta.get("uid")}}
         try:
-            self.core.delete_node(meta["name"], body=options, _preload_content=False)
-        except ApiException as err:
+            self.api.delete(_node_path(meta["name"]), body=options)
+        except ApiError as err:
             if err.status in (404, 409):  # 409: the UID differs, so the node we judged is gone already
                 return False
             raise
@@ -115,20 +105,15 @@ class NodeApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        self.core.create_namespaced_event("default", event, _preload_content=False)  # type: ignore[arg-type]
+        self.api.post("/api/v1/namespaces/default/events", event)
 
 
-def _body(response: Any) -> Any:
-    """The JSON of a `_preload_content=False` response (the client's models are never built)."""
-    return json.loads(response.data)
+def _node_path(name: str) -> str:
+    return f"/api/v1/nodes/{quote(name)}"
 
 
 def describe_error(err: BaseException) -> str:
-    """One line for events and logs: an ApiException's str() carries every response header."""
-    if isinstance(err, ApiException):
-        try:
-            message = json.loads(err.body or "{}").get("message", "")
-        except (TypeError, ValueError):
-            message = ""
-        return f"({err.status}) {err.reason}" + (f": {message}" if message else "")
+    """One line for events and logs."""
+    if isinstance(err, ApiError):
+        return str(err)
     return f"{type(err).__name__}: {err}"

@@ -9,14 +9,11 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from ccm.contracts import KubeObject
 from ccm.k8s.kube import Kube
+from ccm.k8s.rest import STRATEGIC_MERGE_PATCH, ApiError, KubeRest, quote
 from ccm.route.plan import NodeRoutes
 
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 EVENT_COMPONENT = "route_controller"  # upstream's event source for route events
 
 
@@ -31,9 +28,9 @@ class RouteKubeApi(Protocol):
 
 
 class RouteKube:
-    def __init__(self, api_client: client.ApiClient, reporting_instance: str = "serverless-ccm") -> None:
-        self.nodes = Kube(api_client, reporting_instance)
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api: KubeRest, reporting_instance: str = "serverless-ccm") -> None:
+        self.nodes = Kube(api, reporting_instance)
+        self.api = api
         self.reporting_instance = reporting_instance
 
     def list_nodes(self) -> list[KubeObject]:
@@ -43,8 +40,8 @@ class RouteKube:
         """Strategic merge on nodes/status, as upstream's SetNodeCondition: conditions merge by `type`, so the
         kubelet's conditions are untouched and no resourceVersion is needed. False if the node is gone."""
         try:
-            self.core.patch_node_status(name, patch, _content_type=STRATEGIC_MERGE_PATCH, _preload_content=False)
-        except ApiException as err:
+            self.api.patch(f"/api/v1/nodes/{quote(name)}/status", patch, content_type=STRATEGIC_MERGE_PATCH)
+        except ApiError as err:
             if err.status == 404:
                 return False
             raise
@@ -68,4 +65,4 @@ class RouteKube:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        self.core.create_namespaced_event("default", event, _preload_content=False)  # type: ignore[arg-type]
+        self.api.post("/api/v1/namespaces/default/events", event)

@@ -8,7 +8,6 @@ of Services per run, plus one Event per action taken.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -18,14 +17,13 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from kubernetes import client
 
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.security_groups import SecurityGroups
 from ccm.batch import PerEnvironment
 from ccm.config import Settings
 from ccm.contracts import KubeObject
-from ccm.k8s.kube import Kube
+from ccm.k8s.kube import Kube, KubeRest
 from ccm.service.lbconfig import LbType
 from ccm.sweeper import drift as d
 from ccm.sweeper import model as m
@@ -79,20 +77,19 @@ class RunReport:
 class ServiceLister:
     """The one Kubernetes read of a run: every Service, paginated, as plain JSON."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api: KubeRest) -> None:
+        self.api = api
         self.calls = 0
 
     def list_services(self, page_size: int = 500) -> list[KubeObject]:
         items: list[KubeObject] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False}
+            query: dict[str, str | int] = {"limit": page_size}
             if token:
-                kwargs["_continue"] = token
+                query["continue"] = token
             self.calls += 1
-            response: Any = self.core.list_service_for_all_namespaces(**kwargs)
-            page = json.loads(response.data)
+            page = self.api.get("/api/v1/services", query)
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:

@@ -1,0 +1,117 @@
+"""A small JSON-over-HTTPS client for the Kubernetes API, used by the Lambdas instead of the official client.
+
+Why not `kubernetes`: importing `kubernetes.client` costs ~430 ms on every cold start (thousands of generated
+model classes), and the functions make ten kinds of call, all on plain JSON. urllib3 is already loaded by
+botocore, so this client costs nothing to import. The watcher, the doctor and the tests keep the official
+client (its watch and config loaders).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+USER_AGENT = "serverless-ccm"
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 30.0
+
+
+class ApiError(Exception):
+    """A non-2xx answer. `status` as on the official client's ApiException; str() is one line without headers
+    (it ends up in events and logs)."""
+
+    def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body.decode("utf-8", "replace")
+        try:
+            parsed = json.loads(self.body)
+        except ValueError:
+            parsed = None
+        detail = parsed.get("message") if isinstance(parsed, dict) else None
+        self.message: str = detail or self.body[:300] or reason
+        super().__init__(f"({status}) {reason}: {self.message}")
+
+
+class KubeRest:
+    """One connection pool per execution environment. `token` is asked before every request, so a source that
+    rotates (an EKS token, a projected service-account token) is always current."""
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        token: Callable[[], str | None] | None = None,
+        ca_file: str | None = None,
+        verify: bool = True,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+    ) -> None:
+        import urllib3  # loaded with botocore on the first AWS call anyway; not on the handler's import path
+
+        self.server = server.rstrip("/")
+        self._token = token
+        tls: dict[str, Any] = {}
+        if self.server.startswith("https://"):
+            tls = {"cert_reqs": "CERT_REQUIRED" if verify else "CERT_NONE", "ca_certs": ca_file}
+            if cert_file:
+                tls.update(cert_file=cert_file, key_file=key_file)
+            if not verify:
+                urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        # Pooled connections may have been reset while the Lambda environment was frozen: retry connection and
+        # read failures (every verb: our writes are merge patches, preconditioned deletes and events, safe to
+        # repeat), never HTTP statuses - those are the reconcilers' decisions.
+        retries = urllib3.util.Retry(
+            total=3, connect=3, read=2, backoff_factor=0.2, allowed_methods=None, status_forcelist=()
+        )
+        timeout = urllib3.util.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
+        self.pool = urllib3.PoolManager(maxsize=4, retries=retries, timeout=timeout, **tls)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+    ) -> Any:
+        """Send one request; the decoded JSON answer (None if empty). Non-2xx raises ApiError."""
+        url = self.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = {"Accept": JSON, "User-Agent": USER_AGENT}
+        token = self._token() if self._token else None
+        if token:
+            headers["Authorization"] = "Bearer " + token
+        payload = None
+        if body is not None:
+            payload = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = content_type
+        response = self.pool.request(method, url, body=payload, headers=headers, preload_content=True)
+        if response.status >= 400:
+            raise ApiError(response.status, response.reason or "", response.data)
+        return json.loads(response.data) if response.data else None
+
+    def get(self, path: str, query: Mapping[str, str | int] | None = None) -> Any:
+        return self.request("GET", path, query=query)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.request("POST", path, body=body)
+
+    def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> Any:
+        return self.request("PATCH", path, body=body, content_type=content_type)
+
+    def delete(self, path: str, body: Any = None) -> Any:
+        return self.request("DELETE", path, body=body)
+
+
+def quote(segment: str) -> str:
+    """A name or namespace as one URL path segment."""
+    return urllib.parse.quote(segment, safe="")
