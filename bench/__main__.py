@@ -170,7 +170,11 @@ def print_timed(results: dict[str, Any], out: Any) -> None:
         print(f"\nCold start (budget {cold.get('budget_import_ms')} ms import):", file=out)
         for name, figures in cold.items():
             if isinstance(figures, dict) and "import_ms" in figures:
-                print(f"  {name:12} import {figures['import_ms']:>8} ms   package {figures['package_mb']} MB", file=out)
+                print(
+                    f"  {name:12} import {figures['import_ms']:>8} ms   cold path {figures.get('cold_path_ms')} ms   "
+                    f"package {figures['package_mb']} MB",
+                    file=out,
+                )
         print(f"  dependencies alone (ms): {cold.get('dependencies')}", file=out)
     cost = results.get("cost") or {}
     if cost:

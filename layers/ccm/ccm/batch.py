@@ -8,9 +8,7 @@ records skipped after it in the same group get the same delay, so the group resu
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -18,7 +16,6 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from ccm.aws.clients import AwsClients
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class FifoBatchRuntime:
@@ -78,18 +75,3 @@ def set_visibility(
                 sqs.change_message_visibility_batch(QueueUrl=queue_urls[arn], Entries=entries[start : start + 10])
             except Exception:  # the queue's own visibility timeout still brings them back
                 log.warning("could not set retry delay", exc_info=True)
-
-
-class PerEnvironment(Generic[T]):
-    """The one runtime of an execution environment, built on first use and reused by warm invocations."""
-
-    def __init__(self, default: Callable[[], T]) -> None:
-        self.default = default
-        self.instance: T | None = None
-        self._lock = threading.Lock()
-
-    def __call__(self, factory: Callable[[], T] | None = None) -> T:
-        with self._lock:
-            if self.instance is None:
-                self.instance = (factory or self.default)()
-            return self.instance

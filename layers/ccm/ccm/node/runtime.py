@@ -48,7 +48,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.instances import Ec2Instances, instance_id_from_provider_id
-from ccm.batch import FifoBatchRuntime, PerEnvironment
+from ccm.batch import FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.contracts import InstanceMetadata, KubeObject, RetryError
@@ -59,6 +59,7 @@ from ccm.node import model as m
 from ccm.node.api import NodeApi, describe_error
 from ccm.node.events import InstanceStateChange, InvalidNodeMessage, SafetyPass, parse_node_message
 from ccm.node.sync import NodeSync, SyncResult
+from ccm.per_environment import PerEnvironment
 from ccm.service.decisions import backoff_seconds
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "node-reconciler")

@@ -30,9 +30,10 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.routes import VpcRoutes
-from ccm.batch import PerEnvironment, set_visibility
+from ccm.batch import set_visibility
 from ccm.call_metrics import add_call_metrics
 from ccm.k8s.client import new_api_client
+from ccm.per_environment import PerEnvironment
 from ccm.route.kube import RouteKube, RouteKubeApi
 from ccm.route.plan import Network, parse_cluster_cidrs
 from ccm.route.reconciler import RouteOutcome, RouteReconciler

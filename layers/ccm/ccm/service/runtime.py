@@ -22,7 +22,7 @@ from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import AwsClients
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
-from ccm.batch import FifoBatchRuntime, PerEnvironment
+from ccm.batch import FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
@@ -30,6 +30,7 @@ from ccm.k8s.kube import Kube
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.messages import HEARTBEAT, Delta, InvalidDelta, parse_delta
+from ccm.per_environment import PerEnvironment
 from ccm.service.decisions import backoff_seconds
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
 
