@@ -181,3 +181,37 @@ def test_errors_carry_the_status_and_one_line_message(tls_emulator: Emulator, tm
     with pytest.raises(ApiError) as caught:
         refused.get("/api/v1/nodes")
     assert caught.value.status == 401 and "s3cret" not in str(caught.value)
+
+
+def test_a_connection_dropped_without_an_answer_is_retried_for_every_verb() -> None:
+    """What a frozen-and-thawed Lambda meets: a pooled connection the server has closed. The request is sent
+    again (POST too: our writes are safe to repeat) instead of failing the reconcile."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    served: list[str] = []
+
+    def serve() -> None:
+        for attempt in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                request = conn.recv(65536).decode()
+                served.append(request.split(" ", 1)[0])
+                if attempt == 0:
+                    continue  # close without answering
+                body = b'{"kind":"Event"}'
+                conn.sendall(
+                    b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                )
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        answer = KubeRest(f"http://127.0.0.1:{port}").post("/api/v1/namespaces/default/events", {"kind": "Event"})
+    finally:
+        thread.join(timeout=5)
+        listener.close()
+    assert answer == {"kind": "Event"} and served == ["POST", "POST"]

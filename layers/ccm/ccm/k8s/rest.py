@@ -71,7 +71,8 @@ class KubeRest:
             total=3, connect=3, read=2, backoff_factor=0.2, allowed_methods=None, status_forcelist=()
         )
         timeout = urllib3.util.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
-        self.pool = urllib3.PoolManager(maxsize=4, retries=retries, timeout=timeout, **tls)
+        # A Lambda runs one invocation at a time; 10 covers the devstack, where several share one process.
+        self.pool = urllib3.PoolManager(maxsize=10, retries=retries, timeout=timeout, **tls)
 
     def request(
         self,
