@@ -159,9 +159,15 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
     not_before = json.loads(deferred["Records"][0]["body"])["object"]["notBefore"]
     assert len(runtime.handle_batch(deferred, Ctx())["batchItemFailures"]) == 1  # waits for its bucket's end
     assert receive_event(stack)["Records"] == []  # invisible meanwhile: the group is held, not spinning
-    time.sleep(max(0.0, not_before - time.time()) + 1.1)
+    # Visible again at the bucket's end: the delay is whole seconds (ceil), set a moment after the handler
+    # started, so allow up to 1 s + that moment; poll instead of a fixed sleep (a busy CI host is slow).
+    deadline = not_before + 5.0
     hosts_event = receive_event(stack)
+    while not hosts_event["Records"] and time.time() < deadline:
+        time.sleep(0.2)
+        hosts_event = receive_event(stack)
     assert hosts_event["Records"], "visible again once the bucket is over"
+    assert time.time() >= not_before, "not before the bucket's end"
     emulator.clear_log()
     world.clients.counter.reset_thread()
     assert runtime.handle_batch(hosts_event, Ctx()) == {"batchItemFailures": []}
