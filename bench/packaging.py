@@ -34,24 +34,11 @@ LAMBDA_PLATFORM = ["--platform", "manylinux2014_aarch64", "--implementation", "c
 # What the python3.13 runtime provides itself; kept apart from the layer, after it on sys.path like in Lambda.
 RUNTIME_PROVIDED = ["boto3==1.44.5", "botocore==1.44.5"]
 
-IMPORT_PROBE = """
-import importlib.util, json, sys, time
-paths, handler = json.loads(sys.argv[1]), sys.argv[2]
-sys.path[:0] = paths
-started, cpu = time.perf_counter(), time.process_time()
-spec = importlib.util.spec_from_file_location("app", handler)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-elapsed, cpu = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
-assert callable(module.lambda_handler)
-origins = {name: getattr(sys.modules.get(name), "__file__", None) for name in ("kubernetes", "boto3", "ccm")}
-print(json.dumps({"ms": elapsed, "cpu_ms": cpu, "origins": origins, "kubernetes": "kubernetes" in sys.modules}))
-"""
-
-# The whole cold path to a first reconcile, minus the network: the handler's import, then what its first invocation
-# builds before its first request (the runtime with its Kubernetes client, boto3 and the two AWS clients every
-# function uses). Imports deferred out of the handler module (boto3, urllib3) are paid here, so nothing is hidden.
-COLD_PATH_PROBE = """
+# One fresh interpreter per sample: the handler's import (timed, with what it loaded), then the rest of the cold
+# path to a first reconcile, minus the network: what the first invocation builds before its first request (the
+# runtime with its Kubernetes client, boto3 and the two AWS clients every function uses). Imports deferred out of
+# the handler module (boto3, urllib3) are paid there, so nothing is hidden.
+HANDLER_PROBE = """
 import importlib.util, json, os, sys, tempfile, time
 paths, handler = json.loads(sys.argv[1]), sys.argv[2]
 sys.path[:0] = paths
@@ -64,19 +51,23 @@ os.environ.update(CLUSTER_NAME="probe", VPC_ID="vpc-1", AWS_REGION="us-east-1", 
                   AWS_ACCESS_KEY_ID="probe", AWS_SECRET_ACCESS_KEY="probe", CLUSTER_CIDRS="10.0.0.0/16",
                   KUBE_AUTH_MODE="kubeconfig", KUBECONFIG=kubeconfig.name, MEMBERSHIP_TABLE="probe",
                   SERVICES_QUEUE_URL="https://sqs.us-east-1.amazonaws.com/1/probe.fifo")
-started = time.perf_counter()
+def loaded():
+    names = ("kubernetes", "boto3", "urllib3", "yaml", "ccm")
+    return {name: getattr(sys.modules.get(name), "__file__", None) for name in names}
+started, cpu = time.perf_counter(), time.process_time()
 spec = importlib.util.spec_from_file_location("app", handler)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-imported = time.perf_counter()
+elapsed, cpu = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
+assert callable(module.lambda_handler)
+at_import = loaded()
 from ccm.aws.clients import AwsClients
 built = module.runtime()
 clients = next(v for v in vars(built).values() if isinstance(v, AwsClients))
 clients.elbv2, clients.ec2
-done = time.perf_counter()
-origins = {name: getattr(sys.modules.get(name), "__file__", None) for name in ("boto3", "urllib3", "yaml", "ccm")}
-print(json.dumps({"import_ms": (imported - started) * 1000, "cold_path_ms": (done - started) * 1000,
-                  "origins": origins, "kubernetes": "kubernetes" in sys.modules}))
+cold = (time.perf_counter() - started) * 1000
+print(json.dumps({"ms": elapsed, "cpu_ms": cpu, "origins": at_import, "cold_path_ms": cold,
+                  "cold_origins": loaded()}))
 """
 
 MODULE_PROBE = """
@@ -151,14 +142,10 @@ def _probe(code: str, *args: str) -> dict[str, Any]:
 
 
 def import_handler(function_dir: Path, layer_deps: Path, runtime: Path) -> dict[str, Any]:
-    """Import functions/<name>/app.py in a fresh `python -S`: only the Lambda sys.path, no site-packages."""
+    """Import functions/<name>/app.py in a fresh `python -S` (only the Lambda sys.path, no site-packages), then
+    build its runtime: timings and where each module came from, at import and after the cold path."""
     paths = sys_path(function_dir, layer_deps, runtime)
-    return _probe(IMPORT_PROBE, json.dumps(paths), str(function_dir / "app.py"))
-
-
-def cold_path(function_dir: Path, layer_deps: Path, runtime: Path) -> dict[str, Any]:
-    paths = sys_path(function_dir, layer_deps, runtime)
-    return _probe(COLD_PATH_PROBE, json.dumps(paths), str(function_dir / "app.py"))
+    return _probe(HANDLER_PROBE, json.dumps(paths), str(function_dir / "app.py"))
 
 
 def import_module(module: str, layer_deps: Path, runtime: Path) -> dict[str, float]:
@@ -178,13 +165,12 @@ def measure(runs: int = 5) -> dict[str, Any]:
         import_handler(directory, layer_deps, runtime)  # writes the .pyc of ccm and the function, as pip did for deps
         probes = [import_handler(directory, layer_deps, runtime) for _ in range(runs)]
         samples = [p["ms"] for p in probes]
-        cold = [cold_path(directory, layer_deps, runtime)["cold_path_ms"] for _ in range(runs)]
         result[name] = {
             "import_ms": round(statistics.median(samples), 1),
             "import_cpu_ms": round(statistics.median(p["cpu_ms"] for p in probes), 1),
             "import_ms_samples": [round(s, 1) for s in samples],
-            "imports_kubernetes": probes[0]["kubernetes"],
-            "cold_path_ms": round(statistics.median(cold), 1),
+            "imports_kubernetes": probes[0]["cold_origins"]["kubernetes"] is not None,
+            "cold_path_ms": round(statistics.median(p["cold_path_ms"] for p in probes), 1),
             "package_mb": round(deps_mb + layer_mb + size_mb(directory), 1),
         }
     result["dependencies"] = {}

@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import stat
+import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -186,9 +188,6 @@ def test_errors_carry_the_status_and_one_line_message(tls_emulator: Emulator, tm
 def test_a_connection_dropped_without_an_answer_is_retried_for_every_verb() -> None:
     """What a frozen-and-thawed Lambda meets: a pooled connection the server has closed. The request is sent
     again (POST too: our writes are safe to repeat) instead of failing the reconcile."""
-    import socket
-    import threading
-
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     served: list[str] = []

@@ -58,6 +58,15 @@ def kube(emulator: Emulator, tmp_path: Path) -> Kube:
     return Kube(from_kubeconfig(str(tmp_path / "kubeconfig")))
 
 
+def user_api(tmp_path: Path) -> client.CoreV1Api:
+    """The official client, writing Services as a user (kubectl) would."""
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig")))
+
+
+def service_runtime(kube: Kube, world: World, table: MembershipStore) -> ServiceRuntime:
+    return ServiceRuntime(Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), kube, world.clients, table)
+
+
 def test_store_orders_writes_by_resource_version_and_needs_seeding(table: MembershipStore):
     assert table.members() is None
     assert table.write("n1", MemberRecord("n1", "i-1"), 10)
@@ -128,14 +137,8 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
     table: MembershipStore, kube: Kube, emulator: Emulator, world: World, tmp_path: Path
 ):
     sqs, url = _services_queue()
-    api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
-    core = client.CoreV1Api(api_client)
-    runtime = ServiceRuntime(
-        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
-        Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
-        world.clients,
-        table,
-    )
+    core = user_api(tmp_path)
+    runtime = service_runtime(kube, world, table)
     stack = {"core": core, "runtime": runtime, "sqs": sqs, "queue_url": url}
 
     svc = create_service(core)

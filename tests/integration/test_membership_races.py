@@ -8,20 +8,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
-
-from ccm.config import Settings
 from ccm.k8s.kube import Kube
-from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from ccm.messages import delta_for, parse_delta
-from ccm.service.runtime import ServiceRuntime
 from devstack.k8s_emulator import Emulator
-from tests.integration.conftest import CLUSTER, World
-from tests.integration.test_membership import _services_queue, emulator, kube, table  # noqa: F401 - fixtures
+from tests.integration.conftest import World
+from tests.integration.test_membership import (  # noqa: F401 - fixtures
+    _services_queue,
+    emulator,
+    kube,
+    service_runtime,
+    table,
+    user_api,
+)
 from tests.integration.test_service_reconciler import Ctx, create_service, sqs_event
 
 
@@ -70,19 +72,14 @@ def test_a_service_registering_between_tell_and_store_is_told(table: MembershipS
 def test_a_node_leaving_during_the_first_reconcile_reaches_the_new_service(
     table: MembershipStore,  # noqa: F811
     emulator: Emulator,  # noqa: F811
+    kube: Kube,  # noqa: F811
     world: World,
     tmp_path: Path,
 ):
     sqs, url = _services_queue()
-    api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
-    core = client.CoreV1Api(api_client)
-    runtime = ServiceRuntime(
-        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
-        Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
-        world.clients,
-        table,
-    )
-    members = MembersWithANodeLeavingAfterTheRead(Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))), table)
+    core = user_api(tmp_path)
+    runtime = service_runtime(kube, world, table)
+    members = MembersWithANodeLeavingAfterTheRead(kube, table)
     runtime.reconciler.members = members
     victim = emulator.list("nodes")[0]
     updater = MembershipUpdater(table, sqs, url, clock=lambda: 1000.0)
@@ -104,26 +101,23 @@ def test_a_node_leaving_during_the_first_reconcile_reaches_the_new_service(
 def test_a_host_update_of_a_now_invalid_service_warns_without_retrying(
     table: MembershipStore,  # noqa: F811
     emulator: Emulator,  # noqa: F811
+    kube: Kube,  # noqa: F811
     world: World,
     tmp_path: Path,
 ):
     sqs, url = _services_queue()
-    api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
-    core = client.CoreV1Api(api_client)
-    runtime = ServiceRuntime(
-        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
-        Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
-        world.clients,
-        table,
-    )
+    core = user_api(tmp_path)
+    runtime = service_runtime(kube, world, table)
     stack = {"sqs": sqs, "queue_url": url}
     svc = create_service(core)
     event = sqs_event(stack, [delta_for("Service", "ADDED", svc).to_body()])
     assert runtime.handle_batch(event, Ctx()) == {"batchItemFailures": []}
     sqs.delete_message(QueueUrl=url, ReceiptHandle=event["Records"][0]["receiptHandle"])
     bad = {"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "soon"}
-    live = core.patch_namespaced_service("web", "default", {"metadata": {"annotations": bad}})
-    hosts = delta_for("Service", "HOSTS", api_client.sanitize_for_serialization(live))
+    patched = core.patch_namespaced_service(
+        "web", "default", {"metadata": {"annotations": bad}}, _preload_content=False
+    )
+    hosts = delta_for("Service", "HOSTS", json.loads(patched.data))
     body = json.loads(hosts.to_body())
     body["object"] = {"notBefore": 0}
     event = sqs_event(stack, [json.dumps(body)])

@@ -10,17 +10,21 @@ from typing import Any
 from ccm.contracts import KubeObject
 from ccm.k8s.rest import MERGE_PATCH, ApiError, KubeRest, quote
 
-__all__ = ["MERGE_PATCH", "ApiError", "Kube", "KubeRest", "service_path"]
+__all__ = ["MERGE_PATCH", "ApiError", "Kube", "KubeRest", "node_path", "now", "service_path"]
 
 EVENT_COMPONENT = "service-controller"
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def service_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{quote(namespace)}/services/{quote(name)}"
+
+
+def node_path(name: str) -> str:
+    return f"/api/v1/nodes/{quote(name)}"
 
 
 class Kube:
@@ -74,31 +78,41 @@ class Kube:
 
     def record_event(self, obj: KubeObject, event_type: str, reason: str, message: str) -> None:
         meta = obj["metadata"]
-        now = _now()
-        namespace = meta.get("namespace", "default")
+        involved = {
+            "apiVersion": obj.get("apiVersion", "v1"),
+            "kind": obj.get("kind", "Service"),
+            "name": meta["name"],
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+        self.post_event(involved, event_type, reason, message)
+
+    def post_event(
+        self,
+        involved: dict[str, Any],
+        event_type: str,
+        reason: str,
+        message: str,
+        component: str = EVENT_COMPONENT,
+    ) -> None:
+        """A core/v1 Event about `involved` (an involvedObject). Events about cluster-scoped objects (Nodes) live in
+        "default", as upstream's recorder puts them."""
+        namespace = involved.get("namespace") or "default"
+        stamp = now()
         event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {
-                "name": f"{meta['name']}.{secrets.token_hex(8)}",
-                "namespace": meta.get("namespace", "default"),
-            },
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion", "v1"),
-                "kind": obj.get("kind", "Service"),
-                "name": meta["name"],
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
+            "metadata": {"name": f"{involved['name']}.{secrets.token_hex(8)}", "namespace": namespace},
+            "involvedObject": involved,
             "type": event_type,
             "reason": reason,
             "message": message[:1024],
-            "source": {"component": EVENT_COMPONENT},
-            "reportingComponent": EVENT_COMPONENT,
+            "source": {"component": component},
+            "reportingComponent": component,
             "reportingInstance": self.reporting_instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
             "count": 1,
         }
         self.api.post(f"/api/v1/namespaces/{quote(namespace)}/events", event)

@@ -7,13 +7,11 @@ lists (a strategic merge would merge addresses by `type`, which mangles several 
 
 from __future__ import annotations
 
-import secrets
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from ccm.contracts import KubeObject
-from ccm.k8s.kube import Kube
-from ccm.k8s.rest import ApiError, quote
+from ccm.k8s.kube import Kube, node_path
+from ccm.k8s.rest import ApiError
 
 # Upstream's event sources: initialisation events come from the cloud node controller, deletions from the
 # cloud node lifecycle controller.
@@ -32,7 +30,7 @@ class NodeApi:
 
     def get_node(self, name: str) -> KubeObject | None:
         try:
-            node: KubeObject = self.api.get(_node_path(name))
+            node: KubeObject = self.api.get(node_path(name))
             return node
         except ApiError as err:
             if err.status == 404:
@@ -51,7 +49,7 @@ class NodeApi:
             meta["resourceVersion"] = node["metadata"]["resourceVersion"]
             body = {**patch, "metadata": meta}
         try:
-            updated: KubeObject = self.api.patch(_node_path(node["metadata"]["name"]), body)
+            updated: KubeObject = self.api.patch(node_path(node["metadata"]["name"]), body)
         except ApiError as err:
             if err.status == 404:
                 return None
@@ -64,7 +62,7 @@ class NodeApi:
         """Replace status.addresses (no precondition, as upstream). None if the node is gone."""
         try:
             updated: KubeObject = self.api.patch(
-                _node_path(node["metadata"]["name"]) + "/status", {"status": {"addresses": addresses}}
+                node_path(node["metadata"]["name"]) + "/status", {"status": {"addresses": addresses}}
             )
         except ApiError as err:
             if err.status == 404:
@@ -77,7 +75,7 @@ class NodeApi:
         meta = node["metadata"]
         options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta.get("uid")}}
         try:
-            self.api.delete(_node_path(meta["name"]), body=options)
+            self.api.delete(node_path(meta["name"]), body=options)
         except ApiError as err:
             if err.status in (404, 409):  # 409: the UID differs, so the node we judged is gone already
                 return False
@@ -88,28 +86,8 @@ class NodeApi:
         self, node: KubeObject, event_type: str, reason: str, message: str, component: str = NODE_CONTROLLER
     ) -> None:
         meta = node["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            # Events about cluster-scoped objects live in "default", as upstream's recorder puts them.
-            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta.get("uid")},
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": component},
-            "reportingComponent": component,
-            "reportingInstance": self.kube.reporting_instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        self.api.post("/api/v1/namespaces/default/events", event)
-
-
-def _node_path(name: str) -> str:
-    return f"/api/v1/nodes/{quote(name)}"
+        involved = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta.get("uid")}
+        self.kube.post_event(involved, event_type, reason, message, component)
 
 
 def describe_error(err: BaseException) -> str:

@@ -5,20 +5,14 @@ Plain JSON dicts in and out, like ccm.k8s.kube (whose paginated node listing thi
 
 from __future__ import annotations
 
-import secrets
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ccm.contracts import KubeObject
-from ccm.k8s.kube import Kube
-from ccm.k8s.rest import STRATEGIC_MERGE_PATCH, ApiError, KubeRest, quote
+from ccm.k8s.kube import Kube, node_path
+from ccm.k8s.rest import STRATEGIC_MERGE_PATCH, ApiError, KubeRest
 from ccm.route.plan import NodeRoutes
 
 EVENT_COMPONENT = "route_controller"  # upstream's event source for route events
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class RouteKubeApi(Protocol):
@@ -31,7 +25,6 @@ class RouteKube:
     def __init__(self, api: KubeRest, reporting_instance: str = "serverless-ccm") -> None:
         self.nodes = Kube(api, reporting_instance)
         self.api = api
-        self.reporting_instance = reporting_instance
 
     def list_nodes(self) -> list[KubeObject]:
         return self.nodes.list_nodes()
@@ -40,7 +33,7 @@ class RouteKube:
         """Strategic merge on nodes/status, as upstream's SetNodeCondition: conditions merge by `type`, so the
         kubelet's conditions are untouched and no resourceVersion is needed. False if the node is gone."""
         try:
-            self.api.patch(f"/api/v1/nodes/{quote(name)}/status", patch, content_type=STRATEGIC_MERGE_PATCH)
+            self.api.patch(node_path(name) + "/status", patch, content_type=STRATEGIC_MERGE_PATCH)
         except ApiError as err:
             if err.status == 404:
                 return False
@@ -48,21 +41,5 @@ class RouteKube:
         return True
 
     def record_node_event(self, node: NodeRoutes, event_type: str, reason: str, message: str) -> None:
-        stamp = now()
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            # Node events live in "default", like every event about a cluster-scoped object upstream.
-            "metadata": {"name": f"{node.name}.{secrets.token_hex(8)}", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid},
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": EVENT_COMPONENT},
-            "reportingComponent": EVENT_COMPONENT,
-            "reportingInstance": self.reporting_instance,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        self.api.post("/api/v1/namespaces/default/events", event)
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid}
+        self.nodes.post_event(involved, event_type, reason, message, EVENT_COMPONENT)

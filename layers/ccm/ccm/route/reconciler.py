@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 from ccm.aws.routes import error_text
 from ccm.contracts import Routes
+from ccm.k8s.kube import now
 from ccm.route import plan as p
-from ccm.route.kube import RouteKubeApi, now
+from ccm.route.kube import RouteKubeApi
 
 log = logging.getLogger(__name__)
 
