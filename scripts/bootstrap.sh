@@ -13,6 +13,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
   echo "$want" > "$stamp"
 fi
+# The SAM CLI lives in a virtualenv of its own (its dependency pins differ from ours); tests run `sam build` with it.
+sam_stamp=.venv/sam/.requirements.sha
+sam_want=$(sha256sum requirements-sam.txt | cut -d' ' -f1)
+if [ "$(cat "$sam_stamp" 2>/dev/null)" != "$sam_want" ]; then
+  "$PY" -m venv .venv/sam
+  .venv/sam/bin/python -m pip install -q --disable-pip-version-check -r requirements-sam.txt
+  echo "$sam_want" > "$sam_stamp"
+fi
 # Make the layer's package (ccm) and the repo's packages (watcher, devstack, bench) importable,
 # exactly as the Lambda layer puts ccm on sys.path.
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
