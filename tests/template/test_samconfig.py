@@ -32,10 +32,30 @@ def test_two_profiles() -> None:
     assert CONFIG["default"]["validate"]["parameters"]["lint"] is True
 
 
+# What `sam deploy --guided` asks the user for: no profile carries a value for these.
+USER_GIVEN = {
+    "default": {"ClusterName": "prod-eu", "VpcId": "vpc-0123456789abcdef0"},
+    "self-managed": {
+        "ClusterName": "kubeadm-1",
+        "VpcId": "vpc-0123456789abcdef0",
+        "KubeconfigSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:ccm-kubeconfig-AbCdEf",
+        "WatcherOidcIssuer": "oidc.example.org/cluster-1",
+    },
+}
+
+
+@pytest.mark.parametrize("profile", ["default", "self-managed"])
+def test_profiles_hold_no_placeholder_and_no_identity(profile: str) -> None:
+    """A profile that deploys as it stands would deploy a placeholder: the identity of the cluster is never in it."""
+    params = overrides(profile)
+    assert not set(params) & set(USER_GIVEN[profile]), "these are the user's to give (sam deploy --guided asks)"
+    assert not [v for v in params.values() if "CHANGE" in v.upper() or "REGION" in v or "ACCOUNT" in v]
+
+
 @pytest.mark.parametrize("profile", ["default", "self-managed"])
 def test_profile_parameters_are_valid(profile: str) -> None:
     raw = yaml_parse(TEMPLATE.read_text())
-    params = overrides(profile)
+    params = {**overrides(profile), **USER_GIVEN[profile]}
     for name, value in params.items():
         spec = raw["Parameters"][name]  # KeyError: a parameter the template does not have
         if "AllowedValues" in spec:
@@ -49,7 +69,8 @@ def test_profile_parameters_are_valid(profile: str) -> None:
 
 
 def test_profiles_differ_where_it_matters() -> None:
-    default, managed = overrides("default"), overrides("self-managed")
+    default = {**overrides("default"), **USER_GIVEN["default"]}
+    managed = {**overrides("self-managed"), **USER_GIVEN["self-managed"]}
     assert (default["KubeAuthMode"], managed["KubeAuthMode"]) == ("eks", "kubeconfig-secret")
     assert Stack(managed).resources.keys() >= {"RouteReconcilerFunction", "WatcherRole"}
     assert "ServiceReconcilerAccessEntry" not in Stack(managed).resources
