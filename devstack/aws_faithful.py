@@ -63,6 +63,7 @@ class FaithfulSettings:
     # AWS takes minutes; long enough by default that the controller's retries really run. Tests shorten it.
     sg_release_seconds: float = field(default_factory=_default_release_seconds)
     rate_limits: bool = False  # on in the latency benchmark and in chaos profiles that ask for it
+    refill_scale: float = 1.0  # x AWS's refill rates (tests set 0 to freeze a drained bucket)
     eventual_consistency: bool = True
     consistency_seconds: float = 0.5
     quotas: bool = True
@@ -377,7 +378,7 @@ def take_token(region: str, api: str, action: str, now: float | None = None) -> 
     now = time.monotonic() if now is None else now
     with _lock:
         bucket = _buckets.setdefault((region, api, klass), [size, now])
-        bucket[0] = min(size, bucket[0] + (now - bucket[1]) * rate)
+        bucket[0] = min(size, bucket[0] + (now - bucket[1]) * rate * _settings.refill_scale)
         bucket[1] = now
         if bucket[0] < 1:
             throttled[f"{api}:{action}"] = throttled.get(f"{api}:{action}", 0) + 1
