@@ -123,21 +123,24 @@ class ClassicLoadBalancers(PassFlags):
         self._apply(desired.name, m.instance_changes(desired, observed_from_api(lb, {}, None)))
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
-        self.delete_for_uid(p.meta(service)["uid"], cluster_name)
+        """This driver alone: the CLB, then its managed group, which AWS keeps busy for a while after the LB is
+        gone (delete_lb_group raises RetryError meanwhile). LoadBalancers does the same for both types."""
+        uid = p.meta(service)["uid"]
+        if self.delete_for_uid(uid, cluster_name) and self.security_groups is not None:
+            self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
-    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> None:
-        """Listeners, policies, health check and registrations go with the LB; then the managed group, which
-        AWS keeps busy for a while after the LB is gone (delete_lb_group raises RetryError meanwhile)."""
+    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> bool:
+        """Listeners, policies, health check and registrations go with the LB; never the security group, which an
+        NLB of the same Service shares by name. False when a CLB of that name is left in place (not ours)."""
         name = names.load_balancer_name(uid)
         tags = self._tags(name)
         if tags is not None:
             if not _owned(tags, uid, cluster_name):
                 log.warning("clb %s: not tagged for this cluster, left in place", name)
-                return
+                return False
             self.elb.delete_load_balancer(LoadBalancerName=name)
-        if self.security_groups is not None:
-            self.security_groups.delete_lb_group(name, uid)
+        return True
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool:
         return self._describe_lb(names.load_balancer_name(uid)) is not None

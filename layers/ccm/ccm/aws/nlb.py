@@ -143,10 +143,16 @@ class NetworkLoadBalancers(PassFlags):
         )
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
-        self.delete_for_uid(p.meta(service)["uid"])
+        """This driver alone: the NLB, then its security group (LoadBalancers does the same for both types)."""
+        uid = p.meta(service)["uid"]
+        if self.delete_for_uid(uid) and self.security_groups is not None:
+            # After the LB: AWS keeps the group busy a while (RetryError until it lets go).
+            self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
-    def delete_for_uid(self, uid: str) -> None:
+    def delete_for_uid(self, uid: str) -> bool:
+        """The NLB (its listeners go with it) and its target groups; never the security group, which a Classic ELB
+        of the same Service shares by name (the caller releases it once no LB uses it)."""
         lb = self._describe_lb(names.load_balancer_name(uid))
         groups = self._tagged_target_groups(uid)
         if lb is not None:
@@ -156,9 +162,7 @@ class NetworkLoadBalancers(PassFlags):
             self.clients.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
         for arn in sorted(groups):
             self._delete_target_group(arn)
-        if self.security_groups is not None:
-            # After the LB: AWS keeps the group busy a while (RetryError until it lets go).
-            self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
+        return True
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool:
         return self._describe_lb(names.load_balancer_name(uid)) is not None

@@ -16,7 +16,8 @@ API (used by both drivers; the pure part is in `security_groups_model`):
     `lb_group_ids[0]` (pass what ensure_lb_group returned; call it once the LB exists).
   - `revoke_node_access(lb_name, lb_group_id)` — retire the node rules of that LB.
   - `delete_lb_group(lb_name, service_uid)` — retire its node rules, then delete the managed group; raises
-    RetryError while AWS still reports a dependency. Call it after deleting the LB; also right for BYO LBs.
+    RetryError while AWS still reports a dependency. Call it once no LB of that name (NLB or CLB: they share
+    the group) is left; also right for BYO LBs.
   - `revoke_stale_node_rules(live)` — for the sweeper: `live(names)` answers which of the named LBs exist.
 
 Decisions:
