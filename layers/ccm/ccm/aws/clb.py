@@ -25,6 +25,7 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
+from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
 from ccm.contracts import (
     ImplementedElsewhere,
     Ingress,
@@ -104,14 +105,12 @@ class ClassicLoadBalancers(PassFlags):
                 described = self.elb.describe_load_balancer_attributes(LoadBalancerName=name)
                 attributes = described["LoadBalancerAttributes"]
             observed = observed_from_api(lb, tags, attributes)
-        self._apply(name, m.plan(desired, observed, cluster_name))
+        refused = self._apply(name, m.plan(desired, observed, cluster_name))
         if self.security_groups is not None and groups:
             self.security_groups.ensure_node_access(groups, name, uid)
-        if subnets.warning:
-            return replace(
-                _status(observed.dns_name), warnings=(LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning),)
-            )
-        return _status(observed.dns_name)
+        warnings = [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
+        warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
+        return replace(_status(observed.dns_name), warnings=tuple(warnings))
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
         """Only the instances: a host update never changes anything else (a Service change does that)."""
@@ -217,8 +216,10 @@ class ClassicLoadBalancers(PassFlags):
             raise
         return str(created["DNSName"])
 
-    def _apply(self, name: str, operations: list[m.Operation]) -> None:
+    def _apply(self, name: str, operations: list[m.Operation]) -> list[str]:
+        """Apply the plan; returns the instances AWS refused to register (dropped from this pass)."""
         elb = self.elb
+        refused: list[str] = []
         for op in operations:
             log.info("clb %s: %s", name, op)
             if isinstance(op, m.AddTags):
@@ -270,39 +271,12 @@ class ClassicLoadBalancers(PassFlags):
             elif isinstance(op, m.ApplySecurityGroups):
                 elb.apply_security_groups_to_load_balancer(LoadBalancerName=name, SecurityGroups=list(op.groups))
             elif isinstance(op, m.RegisterInstances):
-                self._register(name, op.instance_ids)
+                refused += register_instances(elb, self.clients.ec2, name, op.instance_ids)
             elif isinstance(op, m.DeregisterInstances):
                 elb.deregister_instances_from_load_balancer(
                     LoadBalancerName=name, Instances=[{"InstanceId": i} for i in op.instance_ids]
                 )
-
-    def _register(self, name: str, instance_ids: Sequence[str]) -> None:
-        """One call; only if AWS refuses the batch (a node whose instance is stopped or gone) is EC2 asked which
-        instances are running, instead of upstream's DescribeInstances on every pass."""
-        try:
-            self.elb.register_instances_with_load_balancer(
-                LoadBalancerName=name, Instances=[{"InstanceId": i} for i in instance_ids]
-            )
-            return
-        except ClientError as err:
-            if _code(err) != "InvalidInstance":
-                raise
-        running = {
-            i["InstanceId"]
-            for r in self.clients.ec2.describe_instances(
-                Filters=[
-                    {"Name": "instance-id", "Values": list(instance_ids)},
-                    {"Name": "instance-state-name", "Values": ["running"]},
-                ]
-            )["Reservations"]
-            for i in r["Instances"]
-        }
-        skipped = sorted(set(instance_ids) - running)
-        log.warning("clb %s: not registering %s (not running)", name, ", ".join(skipped))
-        if running:
-            self.elb.register_instances_with_load_balancer(
-                LoadBalancerName=name, Instances=[{"InstanceId": i} for i in sorted(running)]
-            )
+        return refused
 
 
 def _listener(ls: m.ListenerSpec) -> dict[str, Any]:
