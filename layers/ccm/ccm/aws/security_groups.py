@@ -167,6 +167,11 @@ class SecurityGroups:
             found = self._managed_group(lb_name, tagged=False)
             if found and any(t["Key"] == self._cluster_tag for t in found.get("Tags", [])):
                 return found  # created concurrently (e.g. a redelivered message): adopt it
+            if found is None:
+                # EC2 is eventually consistent: a group created a moment ago may not be readable yet.
+                raise RetryError(
+                    f"security group {group_name} exists but is not visible yet", CONFLICT_RETRY_SECONDS
+                ) from err
             raise RuntimeError(
                 f"security group {group_name} exists in {self.vpc_id} without the tag {self._cluster_tag}; "
                 "delete or tag it"
