@@ -25,9 +25,10 @@ What AWS does, and what moto 5.2 did instead:
 - Request throttling (`rate_limits`): token buckets per account, Region and action class, figures from the ELB
   user guide "Request throttling for the ELB API" (Describe* 40 burst / 10 per s, RegisterTargets and
   DeregisterTargets 20 / 4; each ELB API version has its own buckets) and the EC2 developer guide "Request
-  throttling for the Amazon EC2 API" (per action; non-mutating 100 / 20). AWS does not publish the other figures:
-  we assume 10 / 2 for other ELB actions and 50 / 5 for mutating EC2 actions. Answers `Throttling` (ELB) and
-  `RequestLimitExceeded` (EC2, HTTP 503), as the fault proxy does (devstack.aws_faults).
+  throttling for the Amazon EC2 API" (per action; non-mutating 100 / 20). We found no published figures for the
+  rest and assume 20 / 5 for other ELB actions (like the targets bucket) and 50 / 5 per mutating EC2 action.
+  Answers `Throttling` (ELB) and `RequestLimitExceeded` (EC2, HTTP 503), as the fault proxy does
+  (devstack.aws_faults).
 - EC2 eventual consistency (`eventual_consistency`): a group or an inbound rule just created is not returned by
   DescribeSecurityGroups for `consistency_seconds` (EC2 developer guide, "Eventual consistency in the Amazon EC2
   API": a resource just created may not be visible to subsequent read calls).
@@ -47,7 +48,7 @@ from devstack.aws_faults import READ_PREFIXES, error_response
 ENV_SG_RELEASE = "DEVSTACK_SG_RELEASE_SECONDS"
 
 # (bucket size, refill per second)
-ELB_BUCKETS: dict[str, tuple[float, float]] = {"describe": (40, 10), "targets": (20, 4), "other": (10, 2)}
+ELB_BUCKETS: dict[str, tuple[float, float]] = {"describe": (40, 10), "targets": (20, 4), "other": (20, 5)}
 EC2_BUCKETS: dict[str, tuple[float, float]] = {"read": (100, 20), "mutate": (50, 5)}
 MAX_GROUPS_PER_LB = 5
 MAX_NLB_LISTENERS = 50
