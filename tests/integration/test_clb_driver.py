@@ -341,3 +341,19 @@ def test_without_a_security_group_manager_groups_are_left_alone(env: Env):
         "elb:DescribeTags": 1,
         "elb:DeleteLoadBalancer": 1,
     }
+
+
+def test_https_listener_to_http_backends_is_converged_in_one_pass(env: Env):
+    # AWS describes a listener back with the InstanceProtocol it was created with (moto 5.2 reported Protocol, so
+    # such a listener looked changed on every pass; made faithful server side by devstack.aws_faithful).
+    cert = boto3.client("iam", region_name=REGION).upload_server_certificate(
+        ServerCertificateName="https-web", CertificateBody="cert", PrivateKey="key"
+    )["ServerCertificateMetadata"]["Arn"]
+    svc = service(annotations={A + "ssl-cert": cert, A + "ssl-ports": "443", A + "backend-protocol": "http"})
+    env.ensure(svc)
+    listeners = {p: d["Listener"] for p, d in env.describe(svc)["Listeners"].items()}
+    assert {p: (ls["Protocol"], ls["InstanceProtocol"]) for p, ls in listeners.items()} == {
+        80: ("HTTP", "HTTP"),
+        443: ("HTTPS", "HTTP"),
+    }
+    assert CallCounter.mutating(env.ensure(svc)) == 0
