@@ -18,6 +18,8 @@ What AWS does, and what moto 5.2 did instead:
   answers `InvalidInstance` (ELB API reference). moto registered unknown instances (both) and any instance (CLB).
 - Classic ELB listeners keep the InstanceProtocol they were created with (ELB API reference, Listener). moto
   reported the listener's Protocol.
+- AuthorizeSecurityGroupIngress and RevokeSecurityGroupIngress apply all their permissions or none (moto kept
+  those before a refused one).
 - Quotas (Amazon VPC quotas: 60 inbound rules per security group, moto already enforces it; 5 security groups per
   network interface, so per load balancer: `InvalidConfigurationRequest`; NLB quotas: 50 listeners per load
   balancer, `TooManyListeners`, and an NLB listener forwards to one target group, so target groups per NLB follow;
@@ -191,10 +193,32 @@ def _patch_security_groups() -> None:
             visible.append(group)
         return visible
 
+    from moto.ec2.responses.security_groups import SecurityGroups as SecurityGroupsResponse
+
+    # AuthorizeSecurityGroupIngress / RevokeSecurityGroupIngress are all-or-nothing on AWS; moto applies the
+    # permissions one by one and kept the ones before a refusal (e.g. the 61st rule).
+    for action in ("authorize_security_group_ingress", "revoke_security_group_ingress"):
+        setattr(SecurityGroupsResponse, action, _atomic(getattr(SecurityGroupsResponse, action)))
+
     SecurityGroupBackend.delete_security_group = delete_security_group  # type: ignore[method-assign]
     SecurityGroupBackend.create_security_group = create_security_group  # type: ignore[method-assign]
     SecurityGroupBackend.authorize_security_group_ingress = authorize_security_group_ingress  # type: ignore[method-assign]
     SecurityGroupBackend.describe_security_groups = describe_security_groups  # type: ignore[method-assign]
+
+
+def _atomic(action: Any) -> Any:
+    def all_or_nothing(self: Any) -> Any:
+        before = {g.id: list(g.ingress_rules) for groups in self.ec2_backend.groups.values() for g in groups.values()}
+        try:
+            return action(self)
+        except Exception:
+            for groups in self.ec2_backend.groups.values():
+                for group in groups.values():
+                    if group.id in before:
+                        group.ingress_rules = before[group.id]
+            raise
+
+    return all_or_nothing
 
 
 # -- ELBv2 ----------------------------------------------------------------------------------------------------------

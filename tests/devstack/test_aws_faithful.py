@@ -188,12 +188,13 @@ def test_quotas(world: World, faithful: Any) -> None:
     with pytest.raises(ClientError) as err:
         elbv2.create_listener(LoadBalancerArn=lb, Port=1050, Protocol="TCP", DefaultActions=forward)
     assert _code(err) == "TooManyListeners"
-    ranges = [{"CidrIp": f"10.9.{i}.0/24"} for i in range(61)]
+    ranges = [{"CidrIp": f"10.9.{i}.0/24"} for i in range(31)]
+    permissions = [{"IpProtocol": "tcp", "FromPort": p, "ToPort": p, "IpRanges": ranges} for p in (80, 443)]
     with pytest.raises(ClientError) as err:
-        ec2.authorize_security_group_ingress(
-            GroupId=groups[0], IpPermissions=[{"IpProtocol": "tcp", "FromPort": 80, "ToPort": 80, "IpRanges": ranges}]
-        )
+        ec2.authorize_security_group_ingress(GroupId=groups[0], IpPermissions=permissions)  # 62 rules
     assert _code(err) == "RulesPerSecurityGroupLimitExceeded"
+    # All or nothing: the first permission's 31 rules were not kept.
+    assert ec2.describe_security_groups(GroupIds=[groups[0]])["SecurityGroups"][0]["IpPermissions"] == []
 
 
 def test_token_buckets_refill_at_the_documented_rates() -> None:

@@ -17,7 +17,7 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.security_groups import SecurityGroups
-from ccm.contracts import RetryError
+from ccm.contracts import InvalidServiceConfig, RetryError
 from ccm.service import annotations as a
 from ccm.service.lbconfig import LoadBalancerConfig
 from devstack.aws_faithful import FaithfulSettings
@@ -384,3 +384,22 @@ def test_no_describe_call_without_a_filter_or_ids(world: World) -> None:
         if any(k.startswith("Filter.") for k in body):
             filter_names = {v for k, v in body.items() if k.startswith("Filter.") and k.endswith(".Name")}
             assert filter_names & {"vpc-id", "group-id"}, f"{op} not scoped to the VPC: {body}"
+
+
+def test_more_rules_than_the_group_quota_is_a_warning_not_a_retry(world: World) -> None:
+    # Amazon VPC quotas: 60 inbound rules per security group, one per CIDR and port (moto enforces it as AWS).
+    # 31 ranges x 2 listener ports = 62: retrying cannot help, so InvalidServiceConfig (a Warning, no retry).
+    ranges = [f"10.{i}.0.0/16" for i in range(31)]
+    svc, cfg = svc_and_config(loadBalancerSourceRanges=ranges)
+    with pytest.raises(InvalidServiceConfig, match="rules-per-security-group quota"):
+        world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    uid = svc["metadata"]["uid"]
+    svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=ranges[:30])  # 60: fits (the refusal added none)
+    (group_id,) = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    assert len(m.rules_from_permissions(world.group(group_id)["IpPermissions"])) == 60
+    # One range replaced at the quota: the 2 new rules do not fit beside the 2 old ones, so they are revoked first.
+    changed = [*ranges[:29], "192.168.0.0/16"]
+    svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=changed)
+    world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    rules = m.rules_from_permissions(world.group(group_id)["IpPermissions"])
+    assert len(rules) == 60 and {r.cidr for r in rules} == set(changed)

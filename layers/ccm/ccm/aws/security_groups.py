@@ -106,7 +106,19 @@ class SecurityGroups:
         current = m.rules_from_permissions(group.get("IpPermissions", []))
         authorize, revoke = plan_rules(current, desired_lb_rules(config, lb_type))
         # Authorize before revoking: a changed range is never briefly closed to both the old and the new clients.
-        self._authorize(group_id, authorize, lb_rules=True)
+        try:
+            self._authorize(group_id, authorize, lb_rules=True)
+        except InvalidServiceConfig:
+            if not revoke:
+                raise
+            # Near the rules quota the old and new rules together do not fit: revoke first (the changed ranges
+            # are closed for a moment), then authorize; a refusal now is the new rules alone not fitting.
+            log.warning(
+                "security group %s: at the rules quota, revoking %d rules before authorizing", group_id, len(revoke)
+            )
+            self._revoke(group_id, revoke)
+            self._authorize(group_id, authorize, lb_rules=True)
+            return _unique([group_id, *extra])
         self._revoke(group_id, revoke)
         return _unique([group_id, *extra])
 
