@@ -151,7 +151,7 @@ def _hold_groups(account_id: str, region: str, group_ids: list[str]) -> None:
 
 
 def _patch_security_groups() -> None:
-    from moto.ec2.exceptions import DependencyViolationError
+    from moto.ec2.exceptions import DependencyViolationError, InvalidSecurityGroupNotFoundError
     from moto.ec2.models.security_groups import SecurityGroupBackend
 
     delete = SecurityGroupBackend.delete_security_group
@@ -183,8 +183,11 @@ def _patch_security_groups() -> None:
         since = time.monotonic() - _settings.consistency_seconds
         created = _created(self)
         visible = []
+        hidden = [g.id for g in found if created.get(g.id, 0.0) > since]
+        if hidden and (kwargs.get("group_ids") or (args[0] if args else None)):
+            raise InvalidSecurityGroupNotFoundError(hidden[0])  # asked for by id: AWS says it does not exist
         for group in found:
-            if created.get(group.id, 0.0) > since:
+            if group.id in hidden:
                 continue  # not yet visible to reads
             fresh = [r for r in group.ingress_rules if created.get(r.id, 0.0) > since]
             if fresh:

@@ -241,6 +241,9 @@ def test_a_new_group_and_rule_are_not_visible_at_once(world: World, faithful: An
     by_name = [{"Name": "group-name", "Values": ["eventual"]}, {"Name": "vpc-id", "Values": [world.vpc_id]}]
     group = _group(world, "eventual")
     assert ec2.describe_security_groups(Filters=by_name)["SecurityGroups"] == []
+    with pytest.raises(ClientError) as err:
+        ec2.describe_security_groups(GroupIds=[group])
+    assert _code(err) == "InvalidGroup.NotFound"
     _until(lambda: ec2.describe_security_groups(Filters=by_name)["SecurityGroups"] != [])
     rule = {"IpProtocol": "tcp", "FromPort": 80, "ToPort": 80, "IpRanges": [{"CidrIp": "10.1.0.0/16"}]}
     ec2.authorize_security_group_ingress(GroupId=group, IpPermissions=[rule])
