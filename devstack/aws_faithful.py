@@ -24,13 +24,8 @@ What AWS does, and what moto 5.2 did instead:
   network interface, so per load balancer: `InvalidConfigurationRequest`; NLB quotas: 50 listeners per load
   balancer, `TooManyListeners`, and an NLB listener forwards to one target group, so target groups per NLB follow;
   Classic ELB quotas: 100 listeners per load balancer).
-- Request throttling (`rate_limits`): token buckets per account, Region and action class, figures from the ELB
-  user guide "Request throttling for the ELB API" (Describe* 40 burst / 10 per s, RegisterTargets and
-  DeregisterTargets 20 / 4; each ELB API version has its own buckets) and the EC2 developer guide "Request
-  throttling for the Amazon EC2 API" (per action; non-mutating 100 / 20). We found no published figures for the
-  rest and assume 20 / 5 for other ELB actions (like the targets bucket) and 50 / 5 per mutating EC2 action.
-  Answers `Throttling` (ELB) and `RequestLimitExceeded` (EC2, HTTP 503), as the fault proxy does
-  (devstack.aws_faults).
+- Request throttling (`rate_limits`, off by default): token buckets with AWS's documented figures, answering
+  `Throttling` / `RequestLimitExceeded` (devstack.aws_throttling).
 - EC2 eventual consistency (`eventual_consistency`): a group or an inbound rule just created is not returned by
   DescribeSecurityGroups for `consistency_seconds` (EC2 developer guide, "Eventual consistency in the Amazon EC2
   API": a resource just created may not be visible to subsequent read calls).
@@ -45,13 +40,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from devstack.aws_faults import READ_PREFIXES, error_response
+from devstack import aws_throttling
 
 ENV_SG_RELEASE = "DEVSTACK_SG_RELEASE_SECONDS"
 
-# (bucket size, refill per second)
-ELB_BUCKETS: dict[str, tuple[float, float]] = {"describe": (40, 10), "targets": (20, 4), "other": (20, 5)}
-EC2_BUCKETS: dict[str, tuple[float, float]] = {"read": (100, 20), "mutate": (50, 5)}
 MAX_GROUPS_PER_LB = 5
 MAX_NLB_LISTENERS = 50
 MAX_CLB_LISTENERS = 100
@@ -77,8 +69,8 @@ class FaithfulSettings:
 
 _settings = FaithfulSettings()
 _lock = threading.Lock()
-_buckets: dict[tuple[str, str, str], list[float]] = {}  # (region, api, class) -> [tokens, last refill]
-throttled: dict[str, int] = {}  # "api:Action" -> throttled requests, for tests and the benchmark
+throttled = aws_throttling.throttled  # "api:Action" -> throttled requests, for tests and the benchmark
+take_token = aws_throttling.take_token
 
 
 def settings() -> FaithfulSettings:
@@ -90,13 +82,12 @@ def install(new: FaithfulSettings | None = None) -> FaithfulSettings:
     global _settings
     with _lock:
         _settings = new or FaithfulSettings()
-        _buckets.clear()
-        throttled.clear()
+        aws_throttling.reset(_settings.refill_scale)
         if not _installed:
             _patch_security_groups()
             _patch_elbv2()
             _patch_elb()
-            _patch_throttling()
+            aws_throttling.patch_moto(lambda: _settings.rate_limits)
             _installed.append(True)
     return _settings
 
@@ -380,56 +371,3 @@ def _patch_elb() -> None:
     ELBBackend.delete_load_balancer = delete_load_balancer  # type: ignore[method-assign]
     ELBBackend.apply_security_groups_to_load_balancer = apply_security_groups_to_load_balancer  # type: ignore[method-assign]
     ELBBackend.register_instances = register_instances  # type: ignore[method-assign]
-
-
-# -- request throttling ---------------------------------------------------------------------------------------------
-def action_class(api: str, action: str) -> str | None:
-    """The bucket an action draws from (None: not throttled here)."""
-    if api in ("elbv2", "elb"):
-        if action.startswith("Describe"):
-            return "describe"
-        if action in ("RegisterTargets", "DeregisterTargets"):
-            return "targets"
-        return "other"
-    if api == "ec2":
-        # Per action: each action has its own bucket of its class's size.
-        return f"read:{action}" if action.startswith(READ_PREFIXES) else f"mutate:{action}"
-    return None
-
-
-def take_token(region: str, api: str, action: str, now: float | None = None) -> bool:
-    """False when the request is to be throttled."""
-    klass = action_class(api, action)
-    if klass is None:
-        return True
-    size, rate = (ELB_BUCKETS if api != "ec2" else EC2_BUCKETS)[klass.split(":")[0]]
-    now = time.monotonic() if now is None else now
-    with _lock:
-        bucket = _buckets.setdefault((region, api, klass), [size, now])
-        bucket[0] = min(size, bucket[0] + (now - bucket[1]) * rate * _settings.refill_scale)
-        bucket[1] = now
-        if bucket[0] < 1:
-            throttled[f"{api}:{action}"] = throttled.get(f"{api}:{action}", 0) + 1
-            return False
-        bucket[0] -= 1
-        return True
-
-
-def _patch_throttling() -> None:
-    import uuid
-
-    from moto.core.responses import BaseResponse
-
-    call_action = BaseResponse.call_action
-
-    def throttled_call_action(self: Any) -> Any:
-        api = getattr(self, "service_name", None) or ""
-        if _settings.rate_limits and api in ("ec2", "elb", "elbv2"):
-            action = self._get_action()
-            if not take_token(getattr(self, "region", "") or "", api, action):
-                signing = "ec2" if api == "ec2" else "elasticloadbalancing"
-                status, content_type, body = error_response(signing, "throttle", str(uuid.uuid4()))
-                return status, {"Content-Type": content_type}, body.decode()
-        return call_action(self)
-
-    BaseResponse.call_action = throttled_call_action  # type: ignore[method-assign]
