@@ -18,6 +18,8 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
+from devstack import aws_faithful
+from devstack.aws_faithful import FaithfulSettings
 from devstack.queues import harden_moto_sqs
 
 # moto accepts any string; fixed dummy credentials keep boto3 from looking for real ones.
@@ -28,14 +30,16 @@ INSTANCE_TYPE = "t3.medium"
 NODE_IMAGE_ID = "ami-12c6146b"
 
 
-def start_moto_server(port: int = 0) -> tuple[ThreadedMotoServer, str]:
-    """Start moto on 127.0.0.1 (port 0 = any free port); returns the server (call .stop()) and its URL."""
+def start_moto_server(port: int = 0, faithful: FaithfulSettings | None = None) -> tuple[ThreadedMotoServer, str]:
+    """Start moto on 127.0.0.1 (port 0 = any free port); returns the server (call .stop()) and its URL.
+    `faithful`: how closely moto answers as AWS does (devstack.aws_faithful; default: all its defaults)."""
     # werkzeug logs every request at INFO on stderr; pollers make that thousands of lines.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     # Our pollers receive/delete concurrently; moto's SQS needs fixes to keep FIFO guarantees then.
     harden_moto_sqs()
     faithful_moto_route_state()
     faithful_moto_nlb_listeners()
+    aws_faithful.install(faithful)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()

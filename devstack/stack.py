@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from devstack.aws import World, client, register_eks_cluster, seed_world, start_moto_server
+from devstack.aws_faithful import FaithfulSettings
 from devstack.aws_faults import AwsFaultProxy
 from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.eks_auth import EksTokenValidator
@@ -65,6 +66,9 @@ class StackConfig:
     # "eks": the functions authenticate as on EKS (DescribeCluster against moto, locally minted tokens) and the
     # emulator serves TLS and verifies each token's signature for this cluster; "kubeconfig": a static token.
     kube_auth: str = "kubeconfig"
+    # How AWS really answers (devstack.aws_faithful): security-group release hold, quotas, target refusals, EC2
+    # eventual consistency on; request throttling off unless FaithfulSettings(rate_limits=True).
+    aws: FaithfulSettings = field(default_factory=FaithfulSettings)
 
 
 class Stack:
@@ -91,7 +95,7 @@ class Stack:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         for key, value in DUMMY_AWS_ENV.items():
             os.environ.setdefault(key, value)
-        self._moto, self.endpoint_url = start_moto_server()
+        self._moto, self.endpoint_url = start_moto_server(faithful=cfg.aws)
         if cfg.aws_fault_proxy:
             self.aws_proxy = AwsFaultProxy(self.endpoint_url).start()
         self.world = seed_world(

@@ -9,6 +9,9 @@ cross-checks it from the emulator's request log (Service created -> status PATCH
 
 The runner hosts every handler as a thread of this one process, together with the moto server and the emulator
 (one GIL); the watcher is its own process. Injected sleeps release the GIL, moto's CPU work does not.
+
+AWS's API rate limits are on (devstack.aws_faithful token buckets with the documented ELB and EC2 figures): a burst
+of creations is throttled as it would be in a real account, and the throttled attempts are reported.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from bench.anchors import CLOUD_PROVIDER_AWS
 from bench.emf import EmfCapture, percentile
 from ccm.aws.clients import INJECT_LATENCY_ENV
 from ccm.service.annotations import SECURITY_GROUPS_ANNOTATION
+from devstack import aws_faithful
+from devstack.aws_faithful import FaithfulSettings
 from devstack.stack import Stack, StackConfig
 
 CONVERGE_TIMEOUT_S = 900.0
@@ -78,6 +83,7 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
             concurrency=concurrency,
             resync_seconds=3600,
             extra_env={INJECT_LATENCY_ENV: str(latency_ms)},
+            aws=FaithfulSettings(rate_limits=True),
         )
         with Stack(config) as stack:
             emulator, runner = stack.emulator, stack.runner
@@ -108,6 +114,7 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
             requests = emulator.request_log.snapshot()
             invocations = [i for i in runner.log[first_invocation:] if i.function == FUNCTION]
             peak = runner.peak_concurrency.get(FUNCTION, 0)
+            throttled = dict(sorted(aws_faithful.throttled.items()))
     status_at: dict[str, float] = {}
     for entry in requests:
         parts = entry["path"].rstrip("/").split("/")
@@ -136,6 +143,7 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
         "reconcile_ms": _summary(durations) if durations else None,
         "reconcile_ms_mean": round(sum(durations) / len(durations), 1) if durations else None,
         "aws_calls_per_reconcile_mean": round(sum(calls) / len(calls), 2) if calls else None,
+        "throttled_requests": throttled,  # answered Throttling / RequestLimitExceeded, per api:Action
         "log_bytes_per_record": round(capture.bytes / max(1, records)),
         "emf_metrics": sorted(f"{ns}/{name}[{','.join(dims)}]" for ns, name, dims in capture.metric_keys),
         "anchor_model_s": anchor_model_s(services, latency_ms),
@@ -146,5 +154,6 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
         f"its own process. anchor_model_s = 1 worker x {CLOUD_PROVIDER_AWS['nlb']['create']} calls x {latency_ms} "
         f"ms x {services}; our_model_s = ceil({services}/{concurrency}) x our max calls per create x {latency_ms} ms. "
         "Every Service names one shared security group (service.beta.kubernetes.io/aws-load-balancer-security-groups):"
-        " with a managed group per LB the node group would need one rule per LB, over the default limit of 60.",
+        " with a managed group per LB the node group would need one rule per LB, over the default limit of 60. "
+        "AWS API rate limits on (token buckets with AWS's documented figures; throttled_requests counts the answers).",
     }

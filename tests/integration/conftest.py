@@ -1,4 +1,8 @@
-"""In-process moto (mock_aws) with a small VPC: public subnets in two AZs and three running instances."""
+"""In-process moto (mock_aws) with a small VPC: public subnets in two AZs and three running instances.
+
+moto answers as AWS does (devstack.aws_faithful) for every test here, except that a deleted load balancer's security
+group is released at once and a new group or rule is visible at once (the driver tests call a delete once and read
+right after writing); tests of those behaviours switch them on themselves (`faithful_aws`)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from moto import mock_aws
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.nlb import NetworkLoadBalancers
+from devstack import aws_faithful
 from tests.factories import node
 
 REGION = "us-east-1"
@@ -26,6 +31,12 @@ class World:
 
     def nodes(self) -> list[dict]:
         return [node(f"n{i}", iid) for i, iid in enumerate(self.instances)]
+
+
+@pytest.fixture(autouse=True)
+def faithful_aws() -> aws_faithful.FaithfulSettings:
+    """The settings in force for this test (a test may change them); process-wide, so set before every test."""
+    return aws_faithful.install(aws_faithful.FaithfulSettings(sg_release_seconds=0, eventual_consistency=False))
 
 
 @pytest.fixture

@@ -4,12 +4,9 @@ Call-count scenario of the anchors (aws-reference.md): 2 TCP ports, 3 nodes, ext
 Scenarios share a test where they can: every moto world costs about a second to build.
 
 moto 5.2.5 `elb` gaps these tests step around (real AWS behaves; the driver has no moto-specific code):
-- InstanceProtocol is reported equal to Protocol, so an SSL/HTTPS listener with another backend protocol looks
-  changed on every pass: the SSL test uses backend-protocol ssl.
 - DeleteLoadBalancerListeners with several ports corrupts the listener list: one port changes per step here.
 - Backend policies exist only for instance ports given at CreateLoadBalancer (SetLoadBalancerPoliciesForBackendServer
   on a later port is silently dropped): proxy protocol is tested on the ports the LB was created with.
-- Any instance registers (no InvalidInstance): the refusal is injected with a botocore hook.
 - At most 10 tags per LB (AWS: 50); no default SSL policy on secure listeners; a CLB created without security
   groups gets a new `default_elb_*` group (AWS: the VPC's default group).
 """
@@ -22,7 +19,6 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
 
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import CallCounter
@@ -128,25 +124,16 @@ def test_create_two_ports_three_nodes_then_noop(env: Env):
 def test_nodes_added_removed_and_not_running(env: Env):
     svc = service()
     nodes = env.world.nodes()
-    # A node whose instance is gone: AWS refuses the whole batch (moto registers anything, so refuse here).
+    # A node whose instance is gone: AWS refuses the whole batch with InvalidInstance (moto made faithful by the
+    # devstack, server side).
     gone = env.world.instances[0]
     env.ec2.terminate_instances(InstanceIds=[gone])
-    refused = []
-
-    def refuse(params: dict, **_: Any) -> None:
-        if gone in {i["InstanceId"] for i in params["Instances"]}:
-            refused.append(params)
-            raise ClientError({"Error": {"Code": "InvalidInstance", "Message": "not running"}}, "Register")
-
-    event = "provide-client-params.elastic-load-balancing.RegisterInstancesWithLoadBalancer"
-    elb = env.world.clients.client("elb")
-    elb.meta.events.register(event, refuse)
-    try:
-        made = env.ensure(svc, nodes[:2])
-    finally:
-        elb.meta.events.unregister(event, refuse)
-    assert len(refused) == 1 and made["ec2:DescribeInstances"] == 1  # asked only because AWS refused
+    env.world.clients.counter.reset_thread()
+    status = env.clb.ensure_load_balancer(CLUSTER, svc, nodes[:2])
+    made = Counter(env.world.clients.counter.thread_calls())
+    assert made["elb:RegisterInstancesWithLoadBalancer"] == 2 and made["ec2:DescribeInstances"] == 1
     assert [i["InstanceId"] for i in env.describe(svc)["Instances"]] == [env.world.instances[1]]
+    assert [(w.reason, gone in w.message) for w in status.warnings] == [("TargetsRefused", True)]
 
     update = env.calls(lambda: env.clb.update_load_balancer(CLUSTER, svc, nodes[1:]))
     assert update == {"elb:DescribeLoadBalancers": 1, "elb:RegisterInstancesWithLoadBalancer": 1}  # anchor 5
@@ -354,3 +341,19 @@ def test_without_a_security_group_manager_groups_are_left_alone(env: Env):
         "elb:DescribeTags": 1,
         "elb:DeleteLoadBalancer": 1,
     }
+
+
+def test_https_listener_to_http_backends_is_converged_in_one_pass(env: Env):
+    # AWS describes a listener back with the InstanceProtocol it was created with (moto 5.2 reported Protocol, so
+    # such a listener looked changed on every pass; made faithful server side by devstack.aws_faithful).
+    cert = boto3.client("iam", region_name=REGION).upload_server_certificate(
+        ServerCertificateName="https-web", CertificateBody="cert", PrivateKey="key"
+    )["ServerCertificateMetadata"]["Arn"]
+    svc = service(annotations={A + "ssl-cert": cert, A + "ssl-ports": "443", A + "backend-protocol": "http"})
+    env.ensure(svc)
+    listeners = {p: d["Listener"] for p, d in env.describe(svc)["Listeners"].items()}
+    assert {p: (ls["Protocol"], ls["InstanceProtocol"]) for p, ls in listeners.items()} == {
+        80: ("HTTP", "HTTP"),
+        443: ("HTTPS", "HTTP"),
+    }
+    assert CallCounter.mutating(env.ensure(svc)) == 0

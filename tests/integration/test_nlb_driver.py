@@ -7,7 +7,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws.clients import CallCounter
 from ccm.contracts import ImplementedElsewhere, RetryError
-from tests.factories import service
+from tests.factories import node, service
 from tests.integration.conftest import CLUSTER, World
 
 
@@ -198,3 +198,26 @@ def test_adopts_an_nlb_made_by_cloud_provider_aws_and_moves_traffic_without_a_ga
     assert state["listeners"][80]["targets"] == sorted(world.instances)
     assert theirs not in {tg["TargetGroupArn"] for tg in all_target_groups(world)}
     assert len(all_target_groups(world)) == 1
+
+
+def test_an_instance_aws_refuses_is_dropped_and_reported_not_fatal(world: World):
+    # AWS refuses the whole RegisterTargets call (InvalidTarget) when one instance is not running or gone.
+    svc = service()
+    gone, unknown = world.instances[0], "i-0123456789abcdef0"
+    world.clients.session.client("ec2").terminate_instances(InstanceIds=[gone])
+    nodes = [*world.nodes(), node("ghost", unknown)]
+    world.clients.counter.reset_thread()
+    status = world.nlb.ensure_load_balancer(CLUSTER, svc, nodes)
+    calls = world.clients.counter.thread_calls()
+    state = lb_state(world, svc["metadata"]["uid"])
+    assert {p: ls["targets"] for p, ls in state["listeners"].items()} == {
+        80: sorted(world.instances[1:]),
+        443: sorted(world.instances[1:]),
+    }
+    (warning,) = status.warnings
+    assert warning.reason == "TargetsRefused"
+    assert gone in warning.message and unknown in warning.message
+    assert calls["ec2:DescribeInstances"] == 2  # asked only because AWS refused (once per target group)
+    world.clients.counter.reset_thread()
+    world.nlb.update_load_balancer(CLUSTER, svc, nodes[1:3])  # a host update: refused nodes gone, nothing to do
+    assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0

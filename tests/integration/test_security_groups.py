@@ -1,26 +1,26 @@
 """Security groups against in-process moto: the managed group (created once with its tags, converged in few
-calls), bring-your-own and extra groups, one node rule per LB, deletion (DependencyViolation via a Stubber, since
-moto never reports one), the stale-rule sweep, a shared group handed over, node-group discovery, and no Describe
-call without a filter or ids."""
+calls), bring-your-own and extra groups, one node rule per LB, deletion (DependencyViolation from moto made
+faithful by devstack.aws_faithful), a group not yet visible after its creation, the stale-rule sweep, a shared
+group handed over, node-group discovery, and no Describe call without a filter or ids."""
 
 from __future__ import annotations
 
-import uuid
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from botocore.stub import Stubber
 from moto import mock_aws
 
 from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.security_groups import SecurityGroups
-from ccm.contracts import RetryError
+from ccm.contracts import InvalidServiceConfig, RetryError
 from ccm.service import annotations as a
 from ccm.service.lbconfig import LoadBalancerConfig
+from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
 
 REGION = "us-east-1"
@@ -240,38 +240,45 @@ def test_delete_revokes_the_node_rule_then_deletes_the_group(world: World) -> No
     assert CallCounter.mutating(world.calls()) == 0
 
 
-def test_dependency_violation_asks_the_queue_to_retry(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
-        monkeypatch.setenv(key, value)
-    clients = AwsClients(region=REGION)
-    sgs = SecurityGroups(clients, "vpc-0stub", CLUSTER)
-    sgs.forget_node_groups()
-    lb, uid = "a" + "1" * 31, str(uuid.uuid4())
-    tags = [{"Key": CLUSTER_TAG, "Value": "owned"}, {"Key": names.SERVICE_UID_TAG, "Value": uid}]
-    node_rule = {
-        "IpProtocol": "-1",
-        "UserIdGroupPairs": [{"GroupId": "sg-lb", "Description": m.node_rule_description(lb)}],
-    }
-    with Stubber(clients.ec2) as stub:
-        stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": "sg-lb", "Tags": tags}]})
-        stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": "sg-node", "GroupName": "n"}]})
-        stub.add_response(
-            "describe_security_groups",
-            {"SecurityGroups": [{"GroupId": "sg-node", "IpPermissions": [node_rule]}]},
-            {"GroupIds": ["sg-node"]},
-        )
-        stub.add_response("revoke_security_group_ingress", {"Return": True})
-        stub.add_client_error(
-            "delete_security_group",
-            service_error_code="DependencyViolation",
-            service_message="resource sg-lb has a dependent object",
-            expected_params={"GroupId": "sg-lb"},
-        )
-        with pytest.raises(RetryError) as info:
-            sgs.delete_lb_group(lb, uid)
-        stub.assert_no_pending_responses()
+def test_dependency_violation_asks_the_queue_to_retry(world: World, faithful_aws: FaithfulSettings) -> None:
+    # AWS answers DependencyViolation while the deleted NLB's network interfaces still hold the group (moto made
+    # faithful server side by devstack.aws_faithful: held for sg_release_seconds after DeleteLoadBalancer).
+    faithful_aws.sg_release_seconds = 1.0
+    svc, cfg = svc_and_config()
+    group_ids = ensure(world, svc, cfg)
+    elbv2 = world.clients.elbv2
+    arn = elbv2.create_load_balancer(
+        Name=lb_name(svc), Type="network", Subnets=[world.subnet_id], SecurityGroups=group_ids
+    )["LoadBalancers"][0]["LoadBalancerArn"]
+    elbv2.delete_load_balancer(LoadBalancerArn=arn)
+    with pytest.raises(RetryError) as info:
+        world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
     assert info.value.delay_seconds == 15
-    sgs.forget_node_groups()
+    assert world.node_rules() == []  # the node rule went first (a referenced group cannot be deleted either)
+    deadline = time.monotonic() + 20
+    while True:  # what the queue does: come back until AWS lets go
+        try:
+            world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
+            break
+        except RetryError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert not world.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": group_ids}])["SecurityGroups"]
+
+
+def test_a_group_not_yet_visible_after_its_creation_is_retried_not_refused(
+    world: World, faithful_aws: FaithfulSettings
+) -> None:
+    # EC2 is eventually consistent: a group just created may not be returned by DescribeSecurityGroups for a
+    # moment. A second reconcile in that moment (a redelivered message) finds no group, creates it again, gets
+    # InvalidGroup.Duplicate and still cannot read it: that is a wait, not a hand-made untagged group.
+    faithful_aws.eventual_consistency, faithful_aws.consistency_seconds = True, 2.0
+    svc, cfg = svc_and_config()
+    first = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    with pytest.raises(RetryError, match="not visible yet"):
+        world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    faithful_aws.consistency_seconds = 0  # later: visible
+    assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {}) == first
 
 
 def test_stale_node_rules_are_revoked_for_lbs_that_no_longer_exist(world: World) -> None:
@@ -377,3 +384,22 @@ def test_no_describe_call_without_a_filter_or_ids(world: World) -> None:
         if any(k.startswith("Filter.") for k in body):
             filter_names = {v for k, v in body.items() if k.startswith("Filter.") and k.endswith(".Name")}
             assert filter_names & {"vpc-id", "group-id"}, f"{op} not scoped to the VPC: {body}"
+
+
+def test_more_rules_than_the_group_quota_is_a_warning_not_a_retry(world: World) -> None:
+    # Amazon VPC quotas: 60 inbound rules per security group, one per CIDR and port (moto enforces it as AWS).
+    # 31 ranges x 2 listener ports = 62: retrying cannot help, so InvalidServiceConfig (a Warning, no retry).
+    ranges = [f"10.{i}.0.0/16" for i in range(31)]
+    svc, cfg = svc_and_config(loadBalancerSourceRanges=ranges)
+    with pytest.raises(InvalidServiceConfig, match="rules-per-security-group quota"):
+        world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    uid = svc["metadata"]["uid"]
+    svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=ranges[:30])  # 60: fits (the refusal added none)
+    (group_id,) = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    assert len(m.rules_from_permissions(world.group(group_id)["IpPermissions"])) == 60
+    # One range replaced at the quota: the 2 new rules do not fit beside the 2 old ones, so they are revoked first.
+    changed = [*ranges[:29], "192.168.0.0/16"]
+    svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=changed)
+    world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    rules = m.rules_from_permissions(world.group(group_id)["IpPermissions"])
+    assert len(rules) == 60 and {r.cidr for r in rules} == set(changed)

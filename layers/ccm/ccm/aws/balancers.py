@@ -4,6 +4,11 @@
 A Service that switches type keeps its name (`a` + UID) under the other API: after the new LB is ensured, the one
 of the other type is deleted. We look for it only when a switch is possible: the published hostname is not the
 new LB's (the Service was served by another LB) or on thorough passes (resyncs, retries after a crash).
+
+Both types of one Service share the managed security group (`k8s-elb-<name>`, after the common LB name). So a
+driver deletes only its own load balancer and what only that uses (target groups); the group and its node rule
+are released here, once no load balancer of either type is left, and AWS answers DependencyViolation until the
+deleted LB's network interfaces let go (RetryError: the queue comes back).
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
-from ccm.contracts import InvalidServiceConfig, KubeObject, LoadBalancerStatus
+from ccm.aws import names
+from ccm.aws.security_groups import SecurityGroups
+from ccm.contracts import InvalidServiceConfig, KubeObject, LoadBalancerStatus, RetryError
 from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LbType
@@ -29,13 +36,20 @@ class Driver(Protocol):
     ) -> LoadBalancerStatus: ...
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None: ...
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None: ...
-    def delete_for_uid(self, uid: str) -> None: ...
+    def delete_for_uid(self, uid: str) -> bool:
+        """Delete this type's LB of the UID and what only it uses, never the shared security group; True when no
+        LB of this type is left under that name (False: one was left in place, e.g. not tagged for us)."""
+        ...
+
     def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
 
 
 class LoadBalancers:
-    def __init__(self, nlb: Driver, clb: Driver, default_type: LbType) -> None:
+    def __init__(
+        self, nlb: Driver, clb: Driver, default_type: LbType, *, security_groups: SecurityGroups | None = None
+    ) -> None:
         self.drivers: dict[str, Driver] = {"nlb": nlb, "clb": clb}
+        self.security_groups = security_groups
         self.default_type: LbType = default_type
         self._local = threading.local()
 
@@ -90,7 +104,9 @@ class LoadBalancers:
             uid = p.meta(service)["uid"]
             for other, driver in self.drivers.items():
                 if other != chosen and driver.load_balancer_exists_for_uid(uid):
-                    driver.delete_for_uid(uid)  # the Service switched type: the old LB goes once the new one is up
+                    # The Service switched type: the old LB goes once the new one is up; the group stays (the new
+                    # LB uses it under the same name).
+                    driver.delete_for_uid(uid)
         return status
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
@@ -100,8 +116,18 @@ class LoadBalancers:
         self.delete_for_uid(p.meta(service)["uid"])
 
     def delete_for_uid(self, uid: str) -> None:
+        """Every type's LB first (each driver runs even if another must wait), then the shared group."""
+        waiting: RetryError | None = None
+        all_gone = True
         for driver in self.drivers.values():
-            driver.delete_for_uid(uid)
+            try:
+                all_gone = driver.delete_for_uid(uid) and all_gone
+            except RetryError as err:
+                waiting, all_gone = waiting or err, False
+        if waiting is not None:
+            raise waiting
+        if self.security_groups is not None and all_gone:
+            self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool:
         return any(driver.load_balancer_exists_for_uid(uid) for driver in self.drivers.values())

@@ -25,6 +25,7 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
+from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
 from ccm.contracts import (
     ImplementedElsewhere,
     Ingress,
@@ -104,14 +105,12 @@ class ClassicLoadBalancers(PassFlags):
                 described = self.elb.describe_load_balancer_attributes(LoadBalancerName=name)
                 attributes = described["LoadBalancerAttributes"]
             observed = observed_from_api(lb, tags, attributes)
-        self._apply(name, m.plan(desired, observed, cluster_name))
+        refused = self._apply(name, m.plan(desired, observed, cluster_name))
         if self.security_groups is not None and groups:
             self.security_groups.ensure_node_access(groups, name, uid)
-        if subnets.warning:
-            return replace(
-                _status(observed.dns_name), warnings=(LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning),)
-            )
-        return _status(observed.dns_name)
+        warnings = [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
+        warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
+        return replace(_status(observed.dns_name), warnings=tuple(warnings))
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
         """Only the instances: a host update never changes anything else (a Service change does that)."""
@@ -123,21 +122,24 @@ class ClassicLoadBalancers(PassFlags):
         self._apply(desired.name, m.instance_changes(desired, observed_from_api(lb, {}, None)))
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
-        self.delete_for_uid(p.meta(service)["uid"], cluster_name)
+        """This driver alone: the CLB, then its managed group, which AWS keeps busy for a while after the LB is
+        gone (delete_lb_group raises RetryError meanwhile). LoadBalancers does the same for both types."""
+        uid = p.meta(service)["uid"]
+        if self.delete_for_uid(uid, cluster_name) and self.security_groups is not None:
+            self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
-    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> None:
-        """Listeners, policies, health check and registrations go with the LB; then the managed group, which
-        AWS keeps busy for a while after the LB is gone (delete_lb_group raises RetryError meanwhile)."""
+    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> bool:
+        """Listeners, policies, health check and registrations go with the LB; never the security group, which an
+        NLB of the same Service shares by name. False when a CLB of that name is left in place (not ours)."""
         name = names.load_balancer_name(uid)
         tags = self._tags(name)
         if tags is not None:
             if not _owned(tags, uid, cluster_name):
                 log.warning("clb %s: not tagged for this cluster, left in place", name)
-                return
+                return False
             self.elb.delete_load_balancer(LoadBalancerName=name)
-        if self.security_groups is not None:
-            self.security_groups.delete_lb_group(name, uid)
+        return True
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool:
         return self._describe_lb(names.load_balancer_name(uid)) is not None
@@ -214,8 +216,10 @@ class ClassicLoadBalancers(PassFlags):
             raise
         return str(created["DNSName"])
 
-    def _apply(self, name: str, operations: list[m.Operation]) -> None:
+    def _apply(self, name: str, operations: list[m.Operation]) -> list[str]:
+        """Apply the plan; returns the instances AWS refused to register (dropped from this pass)."""
         elb = self.elb
+        refused: list[str] = []
         for op in operations:
             log.info("clb %s: %s", name, op)
             if isinstance(op, m.AddTags):
@@ -267,39 +271,12 @@ class ClassicLoadBalancers(PassFlags):
             elif isinstance(op, m.ApplySecurityGroups):
                 elb.apply_security_groups_to_load_balancer(LoadBalancerName=name, SecurityGroups=list(op.groups))
             elif isinstance(op, m.RegisterInstances):
-                self._register(name, op.instance_ids)
+                refused += register_instances(elb, self.clients.ec2, name, op.instance_ids)
             elif isinstance(op, m.DeregisterInstances):
                 elb.deregister_instances_from_load_balancer(
                     LoadBalancerName=name, Instances=[{"InstanceId": i} for i in op.instance_ids]
                 )
-
-    def _register(self, name: str, instance_ids: Sequence[str]) -> None:
-        """One call; only if AWS refuses the batch (a node whose instance is stopped or gone) is EC2 asked which
-        instances are running, instead of upstream's DescribeInstances on every pass."""
-        try:
-            self.elb.register_instances_with_load_balancer(
-                LoadBalancerName=name, Instances=[{"InstanceId": i} for i in instance_ids]
-            )
-            return
-        except ClientError as err:
-            if _code(err) != "InvalidInstance":
-                raise
-        running = {
-            i["InstanceId"]
-            for r in self.clients.ec2.describe_instances(
-                Filters=[
-                    {"Name": "instance-id", "Values": list(instance_ids)},
-                    {"Name": "instance-state-name", "Values": ["running"]},
-                ]
-            )["Reservations"]
-            for i in r["Instances"]
-        }
-        skipped = sorted(set(instance_ids) - running)
-        log.warning("clb %s: not registering %s (not running)", name, ", ".join(skipped))
-        if running:
-            self.elb.register_instances_with_load_balancer(
-                LoadBalancerName=name, Instances=[{"InstanceId": i} for i in sorted(running)]
-            )
+        return refused
 
 
 def _listener(ls: m.ListenerSpec) -> dict[str, Any]:

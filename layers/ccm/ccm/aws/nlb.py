@@ -20,6 +20,7 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
+from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
 from ccm.contracts import (
     ImplementedElsewhere,
     Ingress,
@@ -87,7 +88,8 @@ class NetworkLoadBalancers(PassFlags):
         if lb is None:
             lb = self._create_lb(desired, placement, group_ids)
         observed = self._observe(lb, p.meta(service)["uid"], with_targets=True, desired=desired, created=created)
-        self._apply(m.plan(desired, observed), observed, desired)
+        refused = self._apply(m.plan(desired, observed), observed, desired)
+        warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         return LoadBalancerStatus(
             (Ingress(hostname=lb["DNSName"]),),
             warnings=tuple(warnings),
@@ -143,10 +145,16 @@ class NetworkLoadBalancers(PassFlags):
         )
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
-        self.delete_for_uid(p.meta(service)["uid"])
+        """This driver alone: the NLB, then its security group (LoadBalancers does the same for both types)."""
+        uid = p.meta(service)["uid"]
+        if self.delete_for_uid(uid) and self.security_groups is not None:
+            # After the LB: AWS keeps the group busy a while (RetryError until it lets go).
+            self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
-    def delete_for_uid(self, uid: str) -> None:
+    def delete_for_uid(self, uid: str) -> bool:
+        """The NLB (its listeners go with it) and its target groups; never the security group, which a Classic ELB
+        of the same Service shares by name (the caller releases it once no LB uses it)."""
         lb = self._describe_lb(names.load_balancer_name(uid))
         groups = self._tagged_target_groups(uid)
         if lb is not None:
@@ -156,9 +164,7 @@ class NetworkLoadBalancers(PassFlags):
             self.clients.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
         for arn in sorted(groups):
             self._delete_target_group(arn)
-        if self.security_groups is not None:
-            # After the LB: AWS keeps the group busy a while (RetryError until it lets go).
-            self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
+        return True
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool:
         return self._describe_lb(names.load_balancer_name(uid)) is not None
@@ -278,8 +284,10 @@ class NetworkLoadBalancers(PassFlags):
         lb: dict[str, Any] = created
         return lb
 
-    def _apply(self, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec) -> None:
+    def _apply(self, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec) -> list[str]:
+        """Apply the plan; returns the instances AWS refused as targets (dropped from this pass, reported)."""
         elbv2 = self.clients.elbv2
+        refused: set[str] = set()
         arn_by_name = {tg.name: tg.arn for tg in observed.target_groups.values()}
         held = [op for op in operations if isinstance(op, m.AwaitHealthy)]
         for op in operations:
@@ -297,8 +305,8 @@ class NetworkLoadBalancers(PassFlags):
             elif isinstance(op, m.ModifyTargetGroup):
                 elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **_health_kwargs(op.health))
             elif isinstance(op, m.RegisterTargets):
-                elbv2.register_targets(
-                    TargetGroupArn=arn_by_name[op.name], Targets=[{"Id": i, "Port": op.port} for i in op.instance_ids]
+                refused.update(
+                    register_targets(elbv2, self.clients.ec2, arn_by_name[op.name], op.port, op.instance_ids)
                 )
             elif isinstance(op, m.DeregisterTargets):
                 elbv2.deregister_targets(
@@ -324,6 +332,7 @@ class NetworkLoadBalancers(PassFlags):
                 f"waiting for target group {waiting} to report a healthy target before switching its listener",
                 delay_seconds=max(op.delay_seconds for op in held),
             )
+        return sorted(refused)
 
     def _create_target_group(self, spec: m.TargetGroupSpec, tags: dict[str, str]) -> str:
         try:

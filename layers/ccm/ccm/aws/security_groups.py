@@ -16,7 +16,8 @@ API (used by both drivers; the pure part is in `security_groups_model`):
     `lb_group_ids[0]` (pass what ensure_lb_group returned; call it once the LB exists).
   - `revoke_node_access(lb_name, lb_group_id)` — retire the node rules of that LB.
   - `delete_lb_group(lb_name, service_uid)` — retire its node rules, then delete the managed group; raises
-    RetryError while AWS still reports a dependency. Call it after deleting the LB; also right for BYO LBs.
+    RetryError while AWS still reports a dependency. Call it once no LB of that name (NLB or CLB: they share
+    the group) is left; also right for BYO LBs.
   - `revoke_stale_node_rules(live)` — for the sweeper: `live(names)` answers which of the named LBs exist.
 
 Decisions:
@@ -105,7 +106,19 @@ class SecurityGroups:
         current = m.rules_from_permissions(group.get("IpPermissions", []))
         authorize, revoke = plan_rules(current, desired_lb_rules(config, lb_type))
         # Authorize before revoking: a changed range is never briefly closed to both the old and the new clients.
-        self._authorize(group_id, authorize, lb_rules=True)
+        try:
+            self._authorize(group_id, authorize, lb_rules=True)
+        except InvalidServiceConfig:
+            if not revoke:
+                raise
+            # Near the rules quota the old and new rules together do not fit: revoke first (the changed ranges
+            # are closed for a moment), then authorize; a refusal now is the new rules alone not fitting.
+            log.warning(
+                "security group %s: at the rules quota, revoking %d rules before authorizing", group_id, len(revoke)
+            )
+            self._revoke(group_id, revoke)
+            self._authorize(group_id, authorize, lb_rules=True)
+            return _unique([group_id, *extra])
         self._revoke(group_id, revoke)
         return _unique([group_id, *extra])
 
@@ -166,6 +179,11 @@ class SecurityGroups:
             found = self._managed_group(lb_name, tagged=False)
             if found and any(t["Key"] == self._cluster_tag for t in found.get("Tags", [])):
                 return found  # created concurrently (e.g. a redelivered message): adopt it
+            if found is None:
+                # EC2 is eventually consistent: a group created a moment ago may not be readable yet.
+                raise RetryError(
+                    f"security group {group_name} exists but is not visible yet", CONFLICT_RETRY_SECONDS
+                ) from err
             raise RuntimeError(
                 f"security group {group_name} exists in {self.vpc_id} without the tag {self._cluster_tag}; "
                 "delete or tag it"

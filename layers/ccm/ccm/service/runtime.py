@@ -57,6 +57,7 @@ class ServiceRuntime(FifoBatchRuntime):
             NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
             ClassicLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
             "nlb" if settings.default_lb_type == "nlb" else "clb",
+            security_groups=groups,
         )
         self.reconciler = ServiceReconciler(
             kube,

@@ -1,0 +1,251 @@
+"""The devstack's moto answers as AWS does (devstack.aws_faithful), over HTTP with the real protocols.
+
+Each test fails against plain moto 5.2. What AWS documents, per behaviour:
+- DeleteSecurityGroup: "DependencyViolation" while the group is in use (EC2 API reference, DeleteSecurityGroup,
+  and "Error codes for the Amazon EC2 API"); a load balancer's network interfaces are released minutes after it is
+  deleted.
+- TargetGroup.LoadBalancerArns: the load balancers that route traffic to the group (ELBv2 API reference).
+- RegisterTargets: InvalidTarget; RegisterInstancesWithLoadBalancer: InvalidInstance (the API references' errors).
+- Listener.InstanceProtocol (ELB API reference): kept as created.
+- Quotas: Amazon VPC quotas (60 inbound rules per group, 5 groups per network interface), NLB quotas (50
+  listeners per load balancer).
+- Throttling: "Request throttling for the ELB API" (Describe* 40 / 10 per s) and "Request throttling for the
+  Amazon EC2 API" (non-mutating 100 / 20 per s, per action).
+- EC2 eventual consistency ("Eventual consistency in the Amazon EC2 API").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from devstack import aws_faithful
+from devstack.aws import World, client, seed_world
+from devstack.aws_faithful import FaithfulSettings
+
+from .conftest import REGION
+
+NO_RETRIES = Config(retries={"mode": "standard", "max_attempts": 1})
+
+
+@pytest.fixture(scope="module")
+def world(endpoint: str) -> World:
+    return seed_world(endpoint, REGION, "faithful", nodes=2)
+
+
+@pytest.fixture
+def faithful() -> Iterator[FaithfulSettings]:
+    """Fresh settings (hold 1 s, consistency off unless a test turns it on); the defaults again afterwards."""
+    yield aws_faithful.install(FaithfulSettings(sg_release_seconds=1.0, eventual_consistency=False))
+    aws_faithful.install(FaithfulSettings(sg_release_seconds=0))
+
+
+def _code(err: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(err.value.response["Error"]["Code"])
+
+
+def _group(world: World, name: str) -> str:
+    ec2 = client("ec2", world.endpoint_url, REGION)
+    return str(ec2.create_security_group(GroupName=name, Description=name, VpcId=world.vpc_id)["GroupId"])
+
+
+def _nlb(world: World, name: str, groups: list[str]) -> str:
+    elbv2 = client("elbv2", world.endpoint_url, REGION)
+    return str(
+        elbv2.create_load_balancer(
+            Name=name, Type="network", Subnets=list(world.public_subnets.values()), SecurityGroups=groups
+        )["LoadBalancers"][0]["LoadBalancerArn"]
+    )
+
+
+def _until(predicate: Any, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+def _deletes(ec2: Any, group_id: str) -> bool:
+    try:
+        ec2.delete_security_group(GroupId=group_id)
+        return True
+    except ClientError as err:
+        assert err.response["Error"]["Code"] == "DependencyViolation"
+        return False
+
+
+def test_a_group_is_in_use_while_its_nlb_exists_and_for_the_hold_after(world: World, faithful: Any) -> None:
+    ec2, elbv2 = client("ec2", world.endpoint_url, REGION), client("elbv2", world.endpoint_url, REGION)
+    group = _group(world, "held-by-nlb")
+    arn = _nlb(world, "held", [group])
+    with pytest.raises(ClientError) as err:
+        ec2.delete_security_group(GroupId=group)
+    assert _code(err) == "DependencyViolation"
+    elbv2.delete_load_balancer(LoadBalancerArn=arn)
+    deleted_at = time.monotonic()
+    assert not _deletes(ec2, group)  # the NLB's network interfaces still hold it
+    _until(lambda: _deletes(ec2, group))
+    assert time.monotonic() - deleted_at >= 1.0
+
+
+def test_a_group_is_in_use_while_a_classic_elb_lists_it_or_a_rule_references_it(world: World, faithful: Any) -> None:
+    ec2, elb = client("ec2", world.endpoint_url, REGION), client("elb", world.endpoint_url, REGION)
+    faithful.sg_release_seconds = 0
+    group, referrer = _group(world, "held-by-clb"), _group(world, "referrer")
+    listener = {"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}
+    elb.create_load_balancer(
+        LoadBalancerName="held-clb", Listeners=[listener], Subnets=[world.public_subnets[world.azs[0]]],
+        SecurityGroups=[group],
+    )  # fmt: skip
+    assert not _deletes(ec2, group)
+    elb.delete_load_balancer(LoadBalancerName="held-clb")
+    ec2.authorize_security_group_ingress(
+        GroupId=referrer, IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}]
+    )
+    assert not _deletes(ec2, group)  # another group's rule references it
+    ec2.revoke_security_group_ingress(
+        GroupId=referrer, IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}]
+    )
+    assert _deletes(ec2, group)
+
+
+def test_modify_listener_moves_the_target_group_association(world: World, faithful: Any) -> None:
+    elbv2 = client("elbv2", world.endpoint_url, REGION)
+    lb = _nlb(world, "moves", [])
+    old, new = (
+        elbv2.create_target_group(Name=n, Protocol="TCP", Port=30080, VpcId=world.vpc_id)["TargetGroups"][0][
+            "TargetGroupArn"
+        ]
+        for n in ("tg-old", "tg-new")
+    )
+    listener = elbv2.create_listener(
+        LoadBalancerArn=lb, Port=80, Protocol="TCP", DefaultActions=[{"Type": "forward", "TargetGroupArn": old}]
+    )["Listeners"][0]["ListenerArn"]
+    elbv2.modify_listener(ListenerArn=listener, DefaultActions=[{"Type": "forward", "TargetGroupArn": new}])
+    of_lb = elbv2.describe_target_groups(LoadBalancerArn=lb)["TargetGroups"]
+    assert [tg["TargetGroupArn"] for tg in of_lb] == [new]
+    assert of_lb[0]["LoadBalancerArns"] == [lb]
+    assert elbv2.describe_target_groups(TargetGroupArns=[old])["TargetGroups"][0]["LoadBalancerArns"] == []
+    elbv2.delete_target_group(TargetGroupArn=old)  # no longer in use
+
+
+def test_unknown_and_terminated_instances_are_refused_as_targets(world: World, faithful: Any) -> None:
+    elbv2, elb = client("elbv2", world.endpoint_url, REGION), client("elb", world.endpoint_url, REGION)
+    ec2 = client("ec2", world.endpoint_url, REGION)
+    tg = elbv2.create_target_group(Name="refuses", Protocol="TCP", Port=30080, VpcId=world.vpc_id)["TargetGroups"][0]
+    with pytest.raises(ClientError) as err:
+        elbv2.register_targets(TargetGroupArn=tg["TargetGroupArn"], Targets=[{"Id": "i-0123456789abcdef0"}])
+    assert _code(err) == "InvalidTarget"
+    doomed = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ec2.terminate_instances(InstanceIds=[doomed])
+    listener = {"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}
+    elb.create_load_balancer(
+        LoadBalancerName="refuses", Listeners=[listener], Subnets=[world.public_subnets[world.azs[0]]]
+    )
+    for bad in (doomed, "i-0123456789abcdef0"):
+        with pytest.raises(ClientError) as err:
+            elb.register_instances_with_load_balancer(LoadBalancerName="refuses", Instances=[{"InstanceId": bad}])
+        assert _code(err) == "InvalidInstance"
+    good = world.instances[0].instance_id
+    for _ in range(2):  # registering twice keeps one registration
+        elb.register_instances_with_load_balancer(LoadBalancerName="refuses", Instances=[{"InstanceId": good}])
+    described = elb.describe_load_balancers(LoadBalancerNames=["refuses"])["LoadBalancerDescriptions"][0]
+    assert described["Instances"] == [{"InstanceId": good}]
+
+
+def test_classic_listeners_keep_their_instance_protocol(world: World, faithful: Any) -> None:
+    elb = client("elb", world.endpoint_url, REGION)
+    subnet = world.public_subnets[world.azs[0]]
+    first = {"Protocol": "TCP", "LoadBalancerPort": 443, "InstanceProtocol": "SSL", "InstancePort": 30443}
+    later = {"Protocol": "TCP", "LoadBalancerPort": 8443, "InstanceProtocol": "SSL", "InstancePort": 30843}
+    elb.create_load_balancer(LoadBalancerName="protocols", Listeners=[first], Subnets=[subnet])
+    elb.create_load_balancer_listeners(LoadBalancerName="protocols", Listeners=[later])
+    described = elb.describe_load_balancers(LoadBalancerNames=["protocols"])["LoadBalancerDescriptions"][0]
+    listeners = {d["Listener"]["LoadBalancerPort"]: d["Listener"] for d in described["ListenerDescriptions"]}
+    assert {port: ls["InstanceProtocol"] for port, ls in listeners.items()} == {443: "SSL", 8443: "SSL"}
+    assert {ls["Protocol"] for ls in listeners.values()} == {"TCP"}
+
+
+def test_quotas(world: World, faithful: Any) -> None:
+    ec2, elbv2 = client("ec2", world.endpoint_url, REGION), client("elbv2", world.endpoint_url, REGION)
+    groups = [_group(world, f"quota-{i}") for i in range(6)]
+    with pytest.raises(ClientError) as err:
+        _nlb(world, "six-groups", groups)
+    assert _code(err) == "InvalidConfigurationRequest"
+    lb = _nlb(world, "five-groups", groups[:5])
+    with pytest.raises(ClientError) as err:
+        elbv2.set_security_groups(LoadBalancerArn=lb, SecurityGroups=groups)
+    assert _code(err) == "InvalidConfigurationRequest"
+    tg = elbv2.create_target_group(Name="quota", Protocol="TCP", Port=30080, VpcId=world.vpc_id)["TargetGroups"][0]
+    forward = [{"Type": "forward", "TargetGroupArn": tg["TargetGroupArn"]}]
+    for port in range(1000, 1050):
+        elbv2.create_listener(LoadBalancerArn=lb, Port=port, Protocol="TCP", DefaultActions=forward)
+    with pytest.raises(ClientError) as err:
+        elbv2.create_listener(LoadBalancerArn=lb, Port=1050, Protocol="TCP", DefaultActions=forward)
+    assert _code(err) == "TooManyListeners"
+    ranges = [{"CidrIp": f"10.9.{i}.0/24"} for i in range(31)]
+    permissions = [{"IpProtocol": "tcp", "FromPort": p, "ToPort": p, "IpRanges": ranges} for p in (80, 443)]
+    with pytest.raises(ClientError) as err:
+        ec2.authorize_security_group_ingress(GroupId=groups[0], IpPermissions=permissions)  # 62 rules
+    assert _code(err) == "RulesPerSecurityGroupLimitExceeded"
+    # All or nothing: the first permission's 31 rules were not kept.
+    assert ec2.describe_security_groups(GroupIds=[groups[0]])["SecurityGroups"][0]["IpPermissions"] == []
+
+
+def test_token_buckets_refill_at_the_documented_rates() -> None:
+    aws_faithful.install(FaithfulSettings(rate_limits=True))
+    try:
+        now = 1000.0
+        assert all(aws_faithful.take_token("r", "elbv2", "DescribeListeners", now) for _ in range(40))
+        assert not aws_faithful.take_token("r", "elbv2", "DescribeTargetHealth", now)  # one Describe* bucket
+        assert aws_faithful.take_token("r", "elbv2", "RegisterTargets", now)  # its own bucket
+        assert aws_faithful.take_token("r", "elb", "DescribeLoadBalancers", now)  # API version 1: its own
+        assert sum(aws_faithful.take_token("r", "elbv2", "DescribeListeners", now + 1) for _ in range(20)) == 10
+        assert sum(aws_faithful.take_token("r", "elbv2", "DeregisterTargets", now) for _ in range(30)) == 19
+        assert sum(aws_faithful.take_token("r", "ec2", "DescribeSecurityGroups", now) for _ in range(150)) == 100
+        assert aws_faithful.take_token("r", "ec2", "DescribeInstances", now)  # EC2 buckets are per action
+        assert sum(aws_faithful.take_token("r", "ec2", "DescribeSecurityGroups", now + 0.5) for _ in range(20)) == 10
+    finally:
+        aws_faithful.install(FaithfulSettings(sg_release_seconds=0))
+
+
+def test_throttled_requests_answer_as_aws(world: World) -> None:
+    aws_faithful.install(FaithfulSettings(rate_limits=True, refill_scale=0))  # drained buckets stay empty
+    try:
+        elbv2 = client("elbv2", world.endpoint_url, REGION, config=NO_RETRIES)
+        ec2 = client("ec2", world.endpoint_url, REGION, config=NO_RETRIES)
+        while aws_faithful.take_token(REGION, "elbv2", "DescribeLoadBalancers"):
+            pass
+        with pytest.raises(ClientError) as err:
+            elbv2.describe_load_balancers()
+        assert _code(err) == "Throttling"
+        while aws_faithful.take_token(REGION, "ec2", "DescribeVpcs"):
+            pass
+        with pytest.raises(ClientError) as err:
+            ec2.describe_vpcs()
+        assert _code(err) == "RequestLimitExceeded"
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert aws_faithful.throttled["ec2:DescribeVpcs"] >= 1
+    finally:
+        aws_faithful.install(FaithfulSettings(sg_release_seconds=0))
+
+
+def test_a_new_group_and_rule_are_not_visible_at_once(world: World, faithful: Any) -> None:
+    faithful.eventual_consistency, faithful.consistency_seconds = True, 1.0
+    ec2 = client("ec2", world.endpoint_url, REGION)
+    by_name = [{"Name": "group-name", "Values": ["eventual"]}, {"Name": "vpc-id", "Values": [world.vpc_id]}]
+    group = _group(world, "eventual")
+    assert ec2.describe_security_groups(Filters=by_name)["SecurityGroups"] == []
+    with pytest.raises(ClientError) as err:
+        ec2.describe_security_groups(GroupIds=[group])
+    assert _code(err) == "InvalidGroup.NotFound"
+    _until(lambda: ec2.describe_security_groups(Filters=by_name)["SecurityGroups"] != [])
+    rule = {"IpProtocol": "tcp", "FromPort": 80, "ToPort": 80, "IpRanges": [{"CidrIp": "10.1.0.0/16"}]}
+    ec2.authorize_security_group_ingress(GroupId=group, IpPermissions=[rule])
+    assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"] == []
+    _until(lambda: ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"] != [])
