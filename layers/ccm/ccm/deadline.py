@@ -81,4 +81,3 @@ def check(needed: float, what: str) -> None:
     left = calls_remaining()
     if not can_start(left, needed):
         raise OutOfTime(f"{what}: {left:.1f} s left of the invocation, {needed:.0f} s needed")
-

@@ -24,6 +24,7 @@ after RETURN_DELAY_SECONDS.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Final
 
@@ -32,6 +33,8 @@ FAILURE_BASE_SECONDS: Final = 5
 MAX_DELAY_SECONDS: Final = 300
 MIN_WAIT_SECONDS: Final = 5
 RETURN_DELAY_SECONDS: Final = 1
+# Tests only: scales every queue retry delay (e.g. 0.02 -> a 15-minute schedule in ~20 s). Unset in deployments.
+DELAY_SCALE_ENV: Final = "CCM_RETRY_DELAY_SCALE"
 
 
 class RetryError(Exception):
@@ -97,5 +100,15 @@ def retry_for(err: BaseException, attempt: int) -> Retry:
     """The retry of a record whose processing raised `err` at receive number `attempt`."""
     wait = waited_on(err)
     if wait is not None:
-        return Retry(wait_delay(attempt, wait.delay_seconds), wait.waiting_on)
-    return Retry(failure_delay(attempt))
+        return Retry(scaled(wait_delay(attempt, wait.delay_seconds)), wait.waiting_on)
+    return Retry(scaled(failure_delay(attempt)))
+
+
+def scaled(delay: int) -> int:
+    """`delay` times CCM_RETRY_DELAY_SCALE (tests), at least 1 s; unchanged when unset."""
+    raw = os.environ.get(DELAY_SCALE_ENV, "")
+    try:
+        scale = float(raw) if raw else 1.0
+    except ValueError:
+        scale = 1.0
+    return delay if scale == 1.0 else max(1, round(delay * scale))
