@@ -1,4 +1,5 @@
-"""A server-side moto patch for tests: AWS keeps a deleted load balancer's security group in use for a while.
+"""Server-side moto patches for tests: AWS keeps a deleted load balancer's security group in use for a while,
+and throttles.
 
 AWS answers DeleteSecurityGroup with DependencyViolation while any network interface uses the group, and an NLB's
 interfaces are released minutes after DeleteLoadBalancer (the shared spec, real-world.md; EC2 API reference,
@@ -10,6 +11,7 @@ interface ... the operation fails with DependencyViolation"). moto deletes it at
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,3 +58,23 @@ def held_security_groups(times: int, prefix: str = "k8s-elb-") -> Iterator[Hold]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SecurityGroupBackend, "delete_security_group", delete_security_group)
         yield hold
+
+
+@contextmanager
+def throttled_describe_load_balancers(latency: float = 0.0) -> Iterator[list[float]]:
+    """ELBv2 answers every DescribeLoadBalancers with `Throttling` ("Rate exceeded", HTTP 400) after `latency`
+    seconds, as it does when the account's request bucket is empty (ELB user guide, request throttling; the shared
+    spec). Yields the times of the attempts that reached the server."""
+    from moto.elbv2.exceptions import ELBClientError
+    from moto.elbv2.models import ELBv2Backend
+
+    attempts: list[float] = []
+
+    def describe_load_balancers(self: Any, *args: Any, **kwargs: Any) -> Any:
+        attempts.append(time.monotonic())
+        time.sleep(latency)
+        raise ELBClientError("Throttling", "Rate exceeded")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ELBv2Backend, "describe_load_balancers", describe_load_balancers)
+        yield attempts

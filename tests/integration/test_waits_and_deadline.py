@@ -16,7 +16,8 @@ from kubernetes import client
 from ccm import deadline
 from ccm.messages import delta_for
 from ccm.service import runtime as service_runtime
-from tests.aws_holds import held_security_groups
+from devstack.k8s_emulator import Emulator
+from tests.aws_holds import held_security_groups, throttled_describe_load_balancers
 from tests.integration.conftest import World
 from tests.integration.test_service_reconciler import (  # noqa: F401  (fixtures)
     Ctx,
@@ -128,5 +129,67 @@ def test_an_aws_call_that_could_outlive_the_invocation_is_not_started(
     ]
     assert world.clients.session.client("elbv2").describe_load_balancers()["LoadBalancers"] == []
     assert "ReconcileFailed" not in metric_names()
+    assert not [e for e in events(core) if e["type"] == "Warning"]
+    assert len(visible_again(stack, 1, within=15)) == 1
+
+
+class CountdownCtx(Ctx):
+    """A real countdown from `seconds`, as Lambda's context counts it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.end - time.monotonic()) * 1000))
+
+
+def test_the_batch_stops_starting_records_when_its_time_runs_out(
+    stack: dict[str, Any], world: World, emulator: Emulator
+):
+    core = stack["core"]
+    services = [create_service(core, name) for name in ("a", "b", "c")]
+    event = {"Records": []}
+    for svc in services:
+        body = delta_for("Service", "ADDED", svc).to_body()
+        event["Records"] += sqs_event(stack, [body], group=f"default/{svc['metadata']['name']}")["Records"]
+    service_runtime.metrics.clear_metrics()
+    emulator.clear_log()
+
+    class AlmostOverAfterFirst(Ctx):
+        """Plenty of time until the first record wrote its status; then only 10 s (under the 25 s reserve)."""
+
+        def get_remaining_time_in_millis(self) -> int:
+            first_done = any(r["method"] == "PATCH" and r["path"].endswith("/a/status") for r in emulator.request_log)
+            return 10_000 if first_done else 60_000
+
+    response = stack["runtime"].handle_batch(event, AlmostOverAfterFirst())
+
+    rest = event["Records"][1:]
+    assert {f["itemIdentifier"] for f in response["batchItemFailures"]} == {r["messageId"] for r in rest}
+    assert read(core, "a")["status"]["loadBalancer"]["ingress"]  # the first one was reconciled
+    assert not read(core, "b")["metadata"].get("finalizers") and not read(core, "c")["metadata"].get("finalizers")
+    assert "ReconcileFailed" not in metric_names()
+    assert len(visible_again(stack, 2, within=15)) == 2
+
+
+@pytest.mark.filterwarnings("ignore:Exception\\(ELBClientError\\) with code Throttling:UserWarning")
+def test_a_throttled_call_does_not_outlive_the_invocation(stack: dict[str, Any], world: World):
+    """AWS throttles every DescribeLoadBalancers, answering after 3 s. With 26 s left the record starts (reserve
+    25 s) and the batch hands it back well before the deadline: the calls get 26 - 6 = 20 s, so two bounded
+    attempts (14 s each at worst) start, a third would not fit. The old client (adaptive mode, 8 attempts, backoff
+    up to 20 s each, plus its client-side rate limiter) kept retrying past the function's timeout."""
+    core = stack["core"]
+    svc = create_service(core)
+    event = sqs_event(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    service_runtime.metrics.clear_metrics()
+    started = time.monotonic()
+    with throttled_describe_load_balancers(latency=3.0) as attempts:
+        response = stack["runtime"].handle_batch(event, CountdownCtx(26))
+    elapsed = time.monotonic() - started
+
+    assert len(attempts) == 2
+    assert elapsed < 26 - deadline.FINISH_RESERVE_SECONDS, elapsed
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][0]["messageId"]]
+    assert "ReconcileFailed" not in metric_names()  # returned for lack of time, not failed
     assert not [e for e in events(core) if e["type"] == "Warning"]
     assert len(visible_again(stack, 1, within=15)) == 1
