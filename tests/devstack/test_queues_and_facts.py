@@ -51,7 +51,7 @@ def test_facts_of_the_real_template() -> None:
 
     q = facts.queues["ServicesQueue"]
     assert q.name == "facts-ccm-services.fifo" and q.fifo
-    assert (q.redrive_target, q.max_receive_count, q.visibility_timeout) == ("ServicesDLQ", 5, 360)
+    assert (q.redrive_target, q.max_receive_count, q.visibility_timeout) == ("ServicesDLQ", 10, 360)
     order = facts.queue_creation_order()
     assert order.index("ServicesDLQ") < order.index("ServicesQueue")
     assert order.index("NodesDLQ") < order.index("NodesQueue")
@@ -80,7 +80,7 @@ def test_create_queues_mirrors_the_template(sqs: Any) -> None:
         assert a["ContentBasedDeduplication"] == ("true" if lid == "NodesQueue" else "false"), lid
     for src, dlq in (("ServicesQueue", "ServicesDLQ"), ("NodesQueue", "NodesDLQ")):
         redrive = json.loads(attrs[src]["RedrivePolicy"])
-        assert redrive == {"deadLetterTargetArn": attrs[dlq]["QueueArn"], "maxReceiveCount": 5}
+        assert redrive == {"deadLetterTargetArn": attrs[dlq]["QueueArn"], "maxReceiveCount": 10}
         assert attrs[src]["VisibilityTimeout"] == "360"
         assert attrs[src]["MessageRetentionPeriod"] == "345600"
         assert attrs[src]["DeduplicationScope"] == "messageGroup"

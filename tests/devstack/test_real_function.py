@@ -1,7 +1,7 @@
 """The real template + the real service reconciler handler under the runner: malformed deltas end in the DLQ.
 
 Malformed bodies never reach Kubernetes, so a kubeconfig pointing nowhere is enough; the handler's own
-ChangeMessageVisibility(0) (through AWS_ENDPOINT_URL) makes each retry immediate, so five receives take no time.
+ChangeMessageVisibility(0) (through AWS_ENDPOINT_URL) makes each retry immediate, so ten receives take no time.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_malformed_deltas_reach_the_dlq(endpoint: str, sqs: Any, tmp_path: Path)
     with runner:
         runner.drain(30)
 
-    assert runner.invocations == 5  # maxReceiveCount 5, then moto moves them on the next receive
+    assert runner.invocations == 10  # maxReceiveCount 10, then moto moves them on the next receive
     assert all(inv.outcome == "partial" for inv in runner.log)
     dlq = sqs.receive_message(QueueUrl=urls["ServicesDLQ"], MaxNumberOfMessages=10)["Messages"]
     assert sorted(m["Body"] for m in dlq) == sorted(r["body"] for r in records)

@@ -10,14 +10,17 @@ import os
 import socket
 import stat
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
 import pytest
+import urllib3
 from moto import mock_aws
 
+from ccm import deadline
 from ccm.k8s.client import new_api_client
 from ccm.k8s.eks_token import TOKEN_LIFETIME_S, TOKEN_PREFIX, EksToken, mint_token
 from ccm.k8s.kubeconfig import KubeconfigError, from_kubeconfig, from_kubeconfig_text, in_cluster
@@ -214,3 +217,26 @@ def test_a_connection_dropped_without_an_answer_is_retried_for_every_verb() -> N
         thread.join(timeout=5)
         listener.close()
     assert answer == {"kind": "Event"} and served == ["POST", "POST"]
+
+
+def test_requests_are_bounded_by_the_invocations_deadline() -> None:
+    emu = Emulator().start()
+    try:
+        api = KubeRest(emu.url)
+        path = "/api/v1/namespaces/default/services"
+        api.get(path)  # a warm pool, as in a warm Lambda
+        emu.faults.latency(3000)  # the API server answers after 3 s
+        with deadline.invocation(lambda: 2.5, finish_reserve=0):
+            # Every attempt's timeouts shrink to fit the 2.5 s left (urllib3 retries included): it gives up in time
+            # instead of waiting 3 s for the answer (the old client waited up to 30 s per attempt).
+            started = time.monotonic()
+            with pytest.raises(urllib3.exceptions.MaxRetryError):
+                api.get(path)
+            assert time.monotonic() - started < 2.5
+        emu.faults.clear()
+        emu.clear_log()
+        with deadline.invocation(lambda: 1.0, finish_reserve=0), pytest.raises(deadline.OutOfTime):
+            api.get(path)  # too little left to start one
+        assert emu.request_log.snapshot() == []
+    finally:
+        emu.stop()

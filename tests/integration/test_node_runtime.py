@@ -24,6 +24,7 @@ from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.messages import Delta, delta_for
 from ccm.node import model as m
+from ccm.node import runtime as node_runtime
 from ccm.node.events import EC2_EVENTS_GROUP, SAFETY_PASS_GROUP, ec2_state_change_body, scheduled_event_body
 from ccm.node.runtime import NodeContext, NodeRuntime, PassContext
 from devstack.k8s_emulator import Emulator
@@ -244,6 +245,26 @@ def test_missing_instance_keeps_the_taint_and_retries_then_gives_up(h: Harness) 
     # The last attempt does not fail: the Warning stands and the safety pass tries again later.
     h.sqs.purge_queue(QueueUrl=h.queue_url)
     assert h.delta("ip-10-9-9-9.ec2.internal", attempt=4) == {"batchItemFailures": []}
+
+
+def test_an_instance_not_visible_yet_is_a_wait_unless_another_step_failed(h: Harness) -> None:
+    name = "ip-10-9-9-8.ec2.internal"
+    h.create_node(name, ready="True")
+    node_runtime.metrics.clear_metrics()
+    assert len(h.delta(name, "ADDED")["batchItemFailures"]) == 1
+    # EC2 is eventually consistent: waiting for the instance is not a failure (ccm.retry).
+    assert "NodeRecordWaiting" in node_runtime.metrics.metric_set
+    assert "NodeRecordFailed" not in node_runtime.metrics.metric_set
+
+    def boom(delta: Delta, ctx: NodeContext) -> None:
+        raise RuntimeError("consumer broke")
+
+    h.runtime._delta_consumers = [boom]
+    h.sqs.purge_queue(QueueUrl=h.queue_url)
+    node_runtime.metrics.clear_metrics()
+    assert len(h.delta(name, attempt=2)["batchItemFailures"]) == 1
+    assert "NodeRecordFailed" in node_runtime.metrics.metric_set
+    assert "NodeRecordWaiting" not in node_runtime.metrics.metric_set
 
 
 def test_provided_node_ip_mismatch_keeps_the_taint(h: Harness) -> None:

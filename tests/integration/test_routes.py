@@ -19,6 +19,7 @@ from ccm.aws import faults
 from ccm.aws.clients import AwsClients
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.messages import Delta, delta_for
+from ccm.route import runtime as route_runtime
 from ccm.route.kube import RouteKube
 from ccm.route.plan import parse_cluster_cidrs
 from ccm.route.runtime import RouteRuntime, RouteSettings
@@ -69,7 +70,7 @@ class Env:
     def pod_routes(self, table: str) -> dict[str, str]:
         return {d: i for d, (i, _) in self.routes(table).items() if d.startswith(("10.244.", "fd00:10:244"))}
 
-    def deliver(self, *bodies: str) -> tuple[dict[str, Any], Counter[str], list[dict[str, Any]]]:
+    def deliver(self, *bodies: str, ctx: Any = None) -> tuple[dict[str, Any], Counter[str], list[dict[str, Any]]]:
         """Send, receive and hand the batch to the handler; returns (response, EC2 calls, Kubernetes writes)."""
         for i, body in enumerate(bodies):
             self.sqs.send_message(
@@ -83,7 +84,7 @@ class Env:
         records = [lambda_record(m, arn["QueueArn"], REGION) for m in messages]
         before = self.world.clients.counter.snapshot()
         self.emulator.clear_log()
-        response = self.runtime.handle_batch({"Records": records}, Ctx())
+        response = self.runtime.handle_batch({"Records": records}, ctx or Ctx())
         calls = self.world.clients.counter.snapshot() - before
         writes = [e for e in self.emulator.request_log.snapshot() if e["method"] != "GET"]
         for m in messages:  # what the ESM does for the records not reported failed
@@ -281,6 +282,22 @@ def test_a_failed_route_call_is_reported_and_retried(env: Env) -> None:
     assert calls == {"ec2:DescribeRouteTables": 1, "ec2:DescribeInstances": 1}
     assert [w["path"] for w in writes] == ["/api/v1/nodes/node-0/status"]
     assert (env.condition("node-0") or {})["status"] == "False"
+
+
+def test_a_reconcile_the_invocation_has_no_time_for_is_kept_without_delay_not_failed(env: Env) -> None:
+    class AlmostOver(Ctx):
+        def get_remaining_time_in_millis(self) -> int:
+            return 12_000  # minus the 6 s kept to hand the batch back: less than one bounded AWS attempt
+
+    env.node(0)
+    route_runtime.metrics.clear_metrics()
+    response, _, writes = env.deliver(trigger(env.node(1)), ctx=AlmostOver())
+    assert len(response["batchItemFailures"]) == 1
+    assert env.pod_routes(env.tables[0]) == {"10.244.200.0/24": env.world.instances[2]}  # nothing written
+    assert writes == []
+    assert "RouteReconcileFailed" not in route_runtime.metrics.metric_set
+    # Kept with no delay: the next invocation continues at once.
+    assert env.sqs.receive_message(QueueUrl=env.queue_url).get("Messages")
 
 
 def test_ipv6_pod_cidrs_and_malformed_messages(env: Env) -> None:

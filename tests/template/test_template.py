@@ -15,6 +15,7 @@ from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
 from ccm.messages import InvalidDelta, parse_delta
+from ccm.retry import MAX_RECEIVES
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -135,7 +136,8 @@ def test_queues_are_fifo_encrypted_and_redriven(translated: dict[str, Any]) -> N
             assert "RedrivePolicy" not in props
             continue
         assert props["VisibilityTimeout"] >= 6 * timeout
-        assert props["RedrivePolicy"]["maxReceiveCount"] >= 5
+        # The retry policy's receive budget (ccm.retry: waits outlast 15 minutes within it) is the template's.
+        assert props["RedrivePolicy"]["maxReceiveCount"] == MAX_RECEIVES, name
         assert props["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": [f"{name[:-5]}DLQ", "Arn"]}
         assert props["DeduplicationScope"] == "messageGroup"
         assert props["FifoThroughputLimit"] == "perMessageGroupId"
@@ -273,7 +275,10 @@ def test_routes_are_serialised_by_one_fifo_group(translated: dict[str, Any]) -> 
     queue = res["RoutesQueue"]["Properties"]
     assert queue["FifoQueue"] is True and queue["SqsManagedSseEnabled"] is True
     assert queue["VisibilityTimeout"] >= 6 * fn["Timeout"]
-    assert queue["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": ["RoutesDLQ", "Arn"]}, "maxReceiveCount": 5}
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": ["RoutesDLQ", "Arn"]},
+        "maxReceiveCount": MAX_RECEIVES,
+    }
     assert res["RoutesDLQ"]["Properties"]["FifoQueue"] is True
     rule = res["RoutesSafetyPassRule"]["Properties"]
     assert rule["ScheduleExpression"] == "rate(5 minutes)"

@@ -1,8 +1,9 @@
 import pytest
 
 from ccm.messages import delta_for
+from ccm.retry import failure_delay
 from ccm.service import predicates as p
-from ccm.service.decisions import Action, backoff_seconds, decide, ingress_equal
+from ccm.service.decisions import Action, decide, ingress_equal
 from tests.factories import node, service
 
 OURS = "ccm.aws/serverless"
@@ -110,7 +111,7 @@ def test_ingress_equality_and_backoff():
     assert not ingress_equal([{"hostname": "a"}], [{"hostname": "b"}])
     assert not ingress_equal(None, [{"hostname": "a"}])
     assert ingress_equal(None, [])
-    assert [backoff_seconds(n) for n in (1, 2, 3, 7, 8, 20)] == [5, 10, 20, 300, 300, 300]
+    assert [failure_delay(n) for n in (1, 2, 3, 7, 8, 20)] == [5, 10, 20, 300, 300, 300]
 
 
 def test_hosts_hint_updates_hosts_only_when_the_lb_is_in_place():

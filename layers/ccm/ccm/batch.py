@@ -1,8 +1,12 @@
 """SQS FIFO batch handling shared by the Lambda runtimes (services, nodes).
 
 Powertools' SqsFifoPartialProcessor processes the records (skip_group_on_error: a failure fails only the rest of
-its group); then every failed record's visibility is set to the retry delay its handler chose (`defer`), and the
-records skipped after it in the same group get the same delay, so the group resumes as one. Nothing sleeps.
+its group); then every failed record's visibility is set to the retry delay its handler chose (`defer`, see
+ccm.retry), and the records skipped after it in the same group get the same delay, so the group resumes as one.
+Nothing sleeps.
+
+The invocation's deadline (ccm.deadline): a record starts only while enough time is left, and one cut short by it
+(OutOfTime) is returned too; both come back after ccm.retry.RETURN_DELAY_SECONDS, and neither is a failure.
 """
 
 from __future__ import annotations
@@ -13,9 +17,19 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from ccm import deadline
 from ccm.aws.clients import AwsClients
+from ccm.retry import RETURN_DELAY_SECONDS
 
 log = logging.getLogger(__name__)
+
+
+class Deferred(Exception):
+    """The record is to be processed later (its visibility is set to the delay); not an error."""
+
+
+class Returned(Deferred):
+    """The invocation's time ran out before (or while) this record was processed."""
 
 
 class FifoBatchRuntime:
@@ -35,11 +49,34 @@ class FifoBatchRuntime:
         processor = SqsFifoPartialProcessor(skip_group_on_error=True)
         # Report every failure item by item even when all fail: raising would skip the retry scheduling.
         processor.raise_on_entire_batch_failure = False
-        response: dict[str, Any] = dict(
-            process_partial_response(
-                event=event, record_handler=self.handle_record, processor=processor, context=context
+        remaining = deadline.remaining_of(context)
+        reserve = deadline.record_reserve_seconds()
+        returned: list[str] = []
+
+        def within_deadline(record: SQSRecord) -> None:
+            if not deadline.can_start(remaining() if remaining else None, reserve):
+                returned.append(record.message_id)
+                self.defer(record.message_id, RETURN_DELAY_SECONDS)
+                raise Returned("not started: the invocation's time is running out")
+            try:
+                self.handle_record(record)
+            except deadline.OutOfTime as err:
+                returned.append(record.message_id)
+                self.defer(record.message_id, RETURN_DELAY_SECONDS)
+                raise Returned(f"cut short: {err}") from None
+
+        with deadline.invocation(remaining):
+            response: dict[str, Any] = dict(
+                process_partial_response(
+                    event=event, record_handler=within_deadline, processor=processor, context=context
+                )
             )
-        )
+        if returned:
+            log.info(
+                "time running out: %d record(s) returned for the next invocation",
+                len(returned),
+                extra={"returned": returned, "retry_in_seconds": RETURN_DELAY_SECONDS},
+            )
         self.defer_failures(event, response)
         return response
 

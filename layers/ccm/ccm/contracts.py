@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# The wait signal lives with the retry policy; drivers keep importing it from here.
+from ccm.retry import RetryError as RetryError
+
 KubeObject = dict[str, Any]
 
 
@@ -51,14 +54,6 @@ class LoadBalancerStatus:
 
 class ImplementedElsewhere(Exception):
     """The service belongs to another controller (e.g. the AWS Load Balancer Controller)."""
-
-
-class RetryError(Exception):
-    """Not a failure: ask to be retried after a fixed delay (e.g. the LB is still provisioning)."""
-
-    def __init__(self, message: str, delay_seconds: int) -> None:
-        super().__init__(message)
-        self.delay_seconds = delay_seconds
 
 
 class InvalidServiceConfig(ValueError):

@@ -1,4 +1,4 @@
-"""boto3 clients with standard retries and exact call counting (botocore event hooks).
+"""boto3 clients with bounded retries, the invocation's deadline and exact call counting (botocore event hooks).
 
 Calls are counted on `before-call` (once per API call, whatever its retries); throttling errors on `needs-retry`,
 which botocore emits after EVERY attempt, so a throttled attempt that a retry later hid is counted too.
@@ -12,19 +12,41 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
+from ccm import deadline
 from ccm.aws import faults
 
 READ_PREFIXES = ("Describe", "Get", "List", "Query", "Scan", "BatchGet")
 
 
+# Every call is bounded, so the invocation's deadline can be kept (ccm.deadline): an attempt lasts at most
+# CONNECT + READ seconds, and standard mode sleeps rand(0, 1) * min(2^(n-1), 20) s after a throttled attempt n,
+# i.e. at most 4 s before the last of MAX_ATTEMPTS. Not adaptive mode: its client-side rate limiter blocks before
+# sending for as long as its token bucket says, with no bound (one throttled batch ran 118 s of a 60 s timeout).
+# A call that still fails is retried through the queue (ccm.retry).
+CONNECT_TIMEOUT_SECONDS: Final = 2
+READ_TIMEOUT_SECONDS: Final = 8
+MAX_ATTEMPTS: Final = 4
+MAX_RETRY_SLEEP_SECONDS: Final = 4
+# What one more attempt may cost at worst: it starts only if this much call time is left.
+ATTEMPT_SECONDS: Final = CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS + MAX_RETRY_SLEEP_SECONDS
+
+
 @functools.cache
 def retry_config() -> Any:
-    """Adaptive mode adds client-side rate limiting on throttling errors, so bursts back off instead of failing."""
     from botocore.config import Config  # deferred with boto3 (see AwsClients.session)
 
-    return Config(retries={"mode": "adaptive", "max_attempts": 8}, connect_timeout=5, read_timeout=20)
+    return Config(
+        retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        read_timeout=READ_TIMEOUT_SECONDS,
+    )
+
+
+def _check_deadline(event_name: str = "", **_: Any) -> None:
+    """before-send (every attempt, retries included): refuse to start one that could outlive the invocation."""
+    deadline.check(ATTEMPT_SECONDS, event_name.removeprefix("before-send."))
 
 
 # The error codes botocore's retry modes treat as throttling (botocore.retries.standard), plus EC2's own; HTTP 429
@@ -138,6 +160,7 @@ class AwsClients:
         with self._lock:
             if service not in self._clients:
                 made = self.session.client(service, config=retry_config())
+                made.meta.events.register("before-send.*.*", _check_deadline)  # first: before any injected delay
                 faults.attach(made)
                 _inject_latency(made)
                 self._clients[service] = self.counter.attach(made)

@@ -13,6 +13,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ccm import deadline
+
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -20,6 +22,8 @@ USER_AGENT = "serverless-ccm"
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
+ATTEMPTS = 4  # the first try and urllib3's retries (total=3)
+MIN_REQUEST_S = 2.0  # a request is not started with less call time left (ccm.deadline)
 
 
 class ApiError(Exception):
@@ -68,7 +72,7 @@ class KubeRest:
         # read failures (every verb: our writes are merge patches, preconditioned deletes and events, safe to
         # repeat), never HTTP statuses - those are the reconcilers' decisions.
         retries = urllib3.util.Retry(
-            total=3, connect=3, read=2, backoff_factor=0.2, allowed_methods=None, status_forcelist=()
+            total=ATTEMPTS - 1, connect=3, read=2, backoff_factor=0.2, allowed_methods=None, status_forcelist=()
         )
         timeout = urllib3.util.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         # A Lambda runs one invocation at a time; 10 covers the devstack, where several share one process.
@@ -95,10 +99,28 @@ class KubeRest:
         if body is not None:
             payload = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
-        response = self.pool.request(method, url, body=payload, headers=headers, preload_content=True)
+        response = self.pool.request(
+            method, url, body=payload, headers=headers, preload_content=True, **self._deadline_timeout()
+        )
         if response.status >= 400:
             raise ApiError(response.status, response.reason or "", response.data)
         return json.loads(response.data) if response.data else None
+
+    @staticmethod
+    def _deadline_timeout() -> dict[str, Any]:
+        """Within an invocation, every attempt's timeouts shrink so all of them end before its deadline."""
+        left = deadline.calls_remaining()
+        if left is None:
+            return {}
+        deadline.check(MIN_REQUEST_S, "Kubernetes request")
+        import urllib3
+
+        per_attempt = (left - 1.5) / ATTEMPTS  # 1.5 s: urllib3's backoff sleeps (0.2 s doubling) between them
+        return {
+            "timeout": urllib3.util.Timeout(
+                connect=min(CONNECT_TIMEOUT_S, per_attempt / 2), read=min(READ_TIMEOUT_S, per_attempt / 2)
+            )
+        }
 
     def get(self, path: str, query: Mapping[str, str | int] | None = None) -> Any:
         return self.request("GET", path, query=query)

@@ -25,9 +25,10 @@ Contract for consumers:
   future type), so they see the node already initialised (providerID set). `ctx.node()` is the live Node, read
   once per record and shared (it reflects our writes; None when gone or deleted by us); `ctx.clients` counts
   AWS calls per record; `ctx.attempt` is the receive count.
-- Each one is isolated: an exception does not stop the others; after all ran, the record fails and is retried
-  with the queue's visibility backoff (`RetryError` -> its fixed delay, else 5 s doubling to 300 s), re-running
-  every step. Consumers must therefore be level-triggered and idempotent.
+- Each one is isolated: an exception does not stop the others; after all ran, the record is retried with the
+  queue's visibility (ccm.retry: a `RetryError` is a wait, logged at INFO and not counted as a failure, unless
+  another step failed; anything else backs off 5 s doubling to 300 s), re-running every step. Consumers must
+  therefore be level-triggered and idempotent.
 - EC2 state-change events do not reach delta consumers: a Node we delete comes back as a DELETED delta from the
   watcher. Periodic consumers get `ctx.nodes` (the listed nodes minus those the pass deleted) and
   `ctx.instances` (node name -> InstanceMetadata, or None when no instance was found).
@@ -48,7 +49,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.instances import Ec2Instances, instance_id_from_provider_id
-from ccm.batch import FifoBatchRuntime
+from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.contracts import InstanceMetadata, KubeObject, RetryError
@@ -60,7 +61,7 @@ from ccm.node.api import NodeApi, describe_error
 from ccm.node.events import InstanceStateChange, InvalidNodeMessage, SafetyPass, parse_node_message
 from ccm.node.sync import NodeSync, SyncResult
 from ccm.per_environment import PerEnvironment
-from ccm.service.decisions import backoff_seconds
+from ccm.retry import FAILURE_BASE_SECONDS, Retry, retry_for
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "node-reconciler")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
@@ -115,11 +116,11 @@ PERIODIC_CONSUMERS: list[PeriodicConsumer] = []
 
 
 class StepsFailed(Exception):
-    """One or more steps of a record failed (each was logged); the record is retried after `retry_after`."""
+    """One or more steps of a record failed or wait (each was logged); the record is retried as `retry` says."""
 
-    def __init__(self, message: str, retry_after: int) -> None:
+    def __init__(self, message: str, retry: Retry) -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry = retry
 
 
 class NodeRuntime(FifoBatchRuntime):
@@ -179,7 +180,15 @@ class NodeRuntime(FifoBatchRuntime):
                 logger.append_keys(kind="SafetyPass")
                 self.on_safety_pass(message, attempt)
         except Exception as err:
-            self.defer(record.message_id, _retry_delay(err, attempt))
+            retry = _retry(err, attempt)
+            self.defer(record.message_id, retry.delay_seconds)
+            if retry.waiting_on is not None:
+                metrics.add_metric(name="NodeRecordWaiting", unit=MetricUnit.Count, value=1)
+                logger.info(
+                    "waiting",
+                    extra={"waiting_on": retry.waiting_on, "retry_in_seconds": retry.delay_seconds, "attempt": attempt},
+                )
+                raise Deferred(f"waiting: {retry.waiting_on}") from err
             metrics.add_metric(name="NodeRecordFailed", unit=MetricUnit.Count, value=1)
             logger.warning("record failed", extra={"error": describe_error(err), "attempt": attempt})
             raise
@@ -212,7 +221,8 @@ class NodeRuntime(FifoBatchRuntime):
         ctx.set_node(result.node)
         self._record(result)
         if result.retry and ctx.attempt < MAX_INIT_ATTEMPTS:
-            raise RetryError(f"no instance found for node {result.name} yet", backoff_seconds(ctx.attempt))
+            # EC2 is eventually consistent: a wait of 5 s doubling (ccm.retry).
+            raise RetryError(f"no instance found for node {result.name} yet", FAILURE_BASE_SECONDS)
         if result.initialised:
             metrics.add_metric(
                 name="EndToEndLatency",
@@ -299,21 +309,23 @@ class NodeRuntime(FifoBatchRuntime):
             )
 
 
-def _retry_delay(err: Exception, attempt: int) -> int:
-    if isinstance(err, StepsFailed):
-        return err.retry_after
-    if isinstance(err, RetryError):
-        return err.delay_seconds
-    return backoff_seconds(attempt)
+def _retry(err: Exception, attempt: int) -> Retry:
+    return err.retry if isinstance(err, StepsFailed) else retry_for(err, attempt)
 
 
 def _raise_collected(errors: list[tuple[str, Exception]], attempt: int) -> None:
+    """The record waits only if every failed step waits; it comes back at the earliest delay any step asked."""
     if not errors:
         return
-    for step, err in errors:
-        logger.warning("step failed", extra={"step": step, "error": describe_error(err)})
-    delay = min(_retry_delay(err, attempt) for _, err in errors)
-    raise StepsFailed("; ".join(f"{step}: {describe_error(err)}" for step, err in errors), delay) from errors[0][1]
+    retries = [_retry(err, attempt) for _, err in errors]
+    for (step, err), retry in zip(errors, retries, strict=True):
+        if retry.waiting_on is None:
+            logger.warning("step failed", extra={"step": step, "error": describe_error(err)})
+    delay = min(r.delay_seconds for r in retries)
+    waits = [r.waiting_on for r in retries if r.waiting_on is not None]
+    retry = Retry(delay, "; ".join(waits) if len(waits) == len(retries) else None)
+    message = "; ".join(f"{step}: {describe_error(err)}" for step, err in errors)
+    raise StepsFailed(message, retry) from errors[0][1]
 
 
 def _age_seconds(node: KubeObject | None) -> float | None:

@@ -9,8 +9,9 @@ Records are parsed with Powertools' BatchProcessor rather than the FIFO processo
 group does not matter to a level-triggered reconcile, and a malformed body must not hold back the valid ones.
 Retries use the queue, never sleep: a malformed body is made visible again at once (it reaches the DLQ after
 maxReceiveCount); when the reconcile fails, ONE record of the batch (the most-retried) is kept with the upstream
-backoff (5 s doubling to 300 s) and the others are deleted, since one trigger is enough to try again; when the
-reconcile ran out of time, one record is kept with no delay, so the next invocation continues at once.
+backoff (5 s doubling to 300 s, ccm.retry) and the others are deleted, since one trigger is enough to try again;
+when the reconcile ran out of time (its own budget, or a call refused by the invocation's deadline, ccm.deadline),
+one record is kept with no delay, so the next invocation continues at once.
 A retried or scheduled trigger makes the pass thorough (SourceDestCheck re-checked on every routed instance).
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,17 +28,18 @@ from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from ccm import deadline
 from ccm.aws.clients import AwsClients
 from ccm.aws.routes import VpcRoutes
 from ccm.batch import set_visibility
 from ccm.call_metrics import add_call_metrics
 from ccm.k8s.client import new_api_client
 from ccm.per_environment import PerEnvironment
+from ccm.retry import failure_delay
 from ccm.route.kube import RouteKube, RouteKubeApi
 from ccm.route.plan import Network, parse_cluster_cidrs
 from ccm.route.reconciler import RouteOutcome, RouteReconciler
 from ccm.route.trigger import InvalidTrigger, Trigger, parse_trigger
-from ccm.service.decisions import backoff_seconds
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "route-reconciler")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
@@ -98,7 +99,8 @@ class RouteRuntime:
         )
         delays = {f["itemIdentifier"]: 0 for f in response.get("batchItemFailures", [])}
         if received:
-            keep = self._reconcile(received, context)
+            with deadline.invocation(deadline.remaining_of(context)):
+                keep = self._reconcile(received, context)
             if keep is not None:
                 record, delay = keep
                 delays[record["messageId"]] = delay
@@ -108,7 +110,7 @@ class RouteRuntime:
 
     def full_pass(self, context: Any = None) -> RouteOutcome:
         """A thorough reconcile outside any queue (operators, tests); the schedule goes through the queue."""
-        return self.reconciler.reconcile(thorough=True, remaining=_remaining(context))
+        return self.reconciler.reconcile(thorough=True, remaining=deadline.remaining_of(context))
 
     def _reconcile(self, received: list[_Received], context: Any) -> tuple[dict[str, Any], int] | None:
         """Run the one reconcile for the batch; returns the record to keep (and its delay), if any."""
@@ -119,11 +121,14 @@ class RouteRuntime:
         metrics.add_metric(name="RouteTriggers", unit=MetricUnit.Count, value=len(received))
         self.clients.counter.reset_thread()
         try:
-            outcome = self.reconciler.reconcile(thorough=thorough, remaining=_remaining(context))
+            outcome = self.reconciler.reconcile(thorough=thorough, remaining=deadline.remaining_of(context))
+        except deadline.OutOfTime as err:
+            logger.info("route reconcile cut short by the invocation's deadline", extra={"reason": str(err)})
+            return most_tried.record, 0
         except Exception:
             logger.exception("route reconcile failed")
             metrics.add_metric(name="RouteReconcileFailed", unit=MetricUnit.Count, value=1)
-            return most_tried.record, backoff_seconds(most_tried.attempt)
+            return most_tried.record, failure_delay(most_tried.attempt)
         finally:
             calls = add_call_metrics(metrics, self.clients.counter, "ReconcileDuration", started)
         self.last_outcome = outcome
@@ -145,7 +150,7 @@ class RouteRuntime:
             )
         logger.info("route reconcile done", extra={"calls": dict(calls)})
         if outcome.failed:
-            return most_tried.record, backoff_seconds(most_tried.attempt)
+            return most_tried.record, failure_delay(most_tried.attempt)
         if outcome.deferred:
             return most_tried.record, 0
         return None
@@ -164,12 +169,6 @@ class RouteRuntime:
                     }
                 )
         set_visibility(self.clients, self._queue_urls, by_queue)
-
-
-def _remaining(context: Any) -> Callable[[], float] | None:
-    if context is None or not hasattr(context, "get_remaining_time_in_millis"):
-        return None
-    return lambda: float(context.get_remaining_time_in_millis()) / 1000
 
 
 def _default_runtime() -> RouteRuntime:

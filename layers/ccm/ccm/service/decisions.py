@@ -81,8 +81,3 @@ def ingress_equal(current: list[dict[str, object]] | None, desired: list[dict[st
         ]
 
     return norm(current) == norm(desired)
-
-
-def backoff_seconds(attempt: int, base: int = 5, cap: int = 300) -> int:
-    """Per-key exponential backoff of the upstream controller: 5 s * 2^(attempt-1), capped at 300 s."""
-    return min(cap, base * 2 ** max(0, attempt - 1))

@@ -1,9 +1,11 @@
 """What the service reconciler Lambda needs per record: parse, reconcile, measure, and schedule retries.
 
-Retries are expressed with the queue, never by sleeping: a failed record's visibility timeout is set to the
-upstream backoff (5 s doubling to 300 s, by ApproximateReceiveCount) or to the fixed delay a RetryError asked
-for; the records Powertools skipped after it in the same FIFO group get the same delay, so the group resumes
-as one. A malformed body is made visible again at once, so it reaches the DLQ after maxReceiveCount quickly.
+Retries are expressed with the queue, never by sleeping (ccm.retry): a failed record's visibility timeout is set
+to the upstream backoff (5 s doubling to 300 s, by ApproximateReceiveCount); a wait on AWS (RetryError: a security
+group still held, a load balancer still provisioning) is not a failure: it is logged at INFO with what is waited
+on, counted in ReconcileWaiting, and retried at its own delay doubling to 300 s. The records Powertools skipped
+after it in the same FIFO group get the same delay, so the group resumes as one. A malformed body is made visible
+again at once, so it reaches the DLQ after maxReceiveCount quickly.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import AwsClients
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
-from ccm.batch import FifoBatchRuntime
+from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
@@ -31,17 +33,13 @@ from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.messages import HEARTBEAT, Delta, InvalidDelta, parse_delta
 from ccm.per_environment import PerEnvironment
-from ccm.service.decisions import backoff_seconds
+from ccm.retry import retry_for
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
 
 # Defaults keep the metrics valid even when the module was imported before the environment was set.
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "service-reconciler")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
 log = logging.getLogger(__name__)
-
-
-class Deferred(Exception):
-    """The record is to be processed later (its visibility is set to the delay); not an error."""
 
 
 class ServiceRuntime(FifoBatchRuntime):
@@ -102,7 +100,16 @@ class ServiceRuntime(FifoBatchRuntime):
         try:
             outcome = self.reconciler.reconcile(delta)
         except SyncFailed as err:
-            self.defer(record.message_id, err.retry_after or backoff_seconds(attempt))
+            retry = retry_for(err, attempt)
+            if retry.waiting_on is not None:
+                self.defer(record.message_id, retry.delay_seconds)
+                metrics.add_metric(name="ReconcileWaiting", unit=MetricUnit.Count, value=1)
+                logger.info(
+                    "waiting on AWS",
+                    extra={"waiting_on": retry.waiting_on, "retry_in_seconds": retry.delay_seconds, "attempt": attempt},
+                )
+                raise Deferred(f"waiting on AWS: {retry.waiting_on}") from err
+            self.defer(record.message_id, err.retry_after or retry.delay_seconds)
             metrics.add_metric(name="ReconcileFailed", unit=MetricUnit.Count, value=1)
             raise
         finally:
