@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws import nlb_model as m
+from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import SecurityGroups
@@ -51,6 +52,7 @@ class NetworkLoadBalancers(PassFlags):
         self.security_groups = security_groups
         self.vpc_id = vpc_id
         self.our_class = our_class
+        self.references = refs.ReferenceChecker(clients, vpc_id)
 
     # -- contract ---------------------------------------------------------------------------------------------
     def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:
@@ -83,10 +85,16 @@ class NetworkLoadBalancers(PassFlags):
         elif self.check_attributes:
             wanted_subnets = self._subnets(config, cluster_name, nodes).ids if config.subnets else None
             warnings = [LoadBalancerWarning(FIXED_SETTING, w) for w in m.placement_warnings(lb, config, wanted_subnets)]
+        uid = p.meta(service)["uid"]
+        # Observed before any write (groups included), so references the listeners already use are not re-read.
+        observed = None if lb is None else self._observe(lb, uid, with_targets=True, desired=desired)
+        used = refs.in_use(lb, (ls.certificate for ls in observed.listeners) if observed else ())
+        self.references.verify(refs.wanted(config, creating=lb is None, placement_fixed=True) - used, config)
         group_ids = self._ensure_groups(service, config, desired, lb)
         if lb is None:
             lb = self._create_lb(desired, placement, group_ids)
-        observed = self._observe(lb, p.meta(service)["uid"], with_targets=True, desired=desired, created=created)
+            observed = self._observe(lb, uid, with_targets=True, desired=desired, created=created)
+        assert observed is not None
         self._apply(m.plan(desired, observed), observed, desired)
         return LoadBalancerStatus(
             (Ingress(hostname=lb["DNSName"]),),
@@ -295,7 +303,7 @@ class NetworkLoadBalancers(PassFlags):
                     LoadBalancerArn=observed.arn, Attributes=[{"Key": k, "Value": v} for k, v in op.attributes]
                 )
             elif isinstance(op, m.ModifyTargetGroup):
-                elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **_health_kwargs(op.health))
+                elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **m.health_kwargs(op.health))
             elif isinstance(op, m.RegisterTargets):
                 elbv2.register_targets(
                     TargetGroupArn=arn_by_name[op.name], Targets=[{"Id": i, "Port": op.port} for i in op.instance_ids]
@@ -311,7 +319,7 @@ class NetworkLoadBalancers(PassFlags):
                     ListenerArn=op.arn,
                     Protocol=op.protocol,
                     DefaultActions=[{"Type": "forward", "TargetGroupArn": arn_by_name[op.target_group]}],
-                    **_tls_kwargs(op.certificate, op.ssl_policy),
+                    **m.tls_kwargs(op.certificate, op.ssl_policy),
                 )
             elif isinstance(op, m.DeleteListener):
                 elbv2.delete_listener(ListenerArn=op.arn)
@@ -334,7 +342,7 @@ class NetworkLoadBalancers(PassFlags):
                 VpcId=self.vpc_id,
                 TargetType="instance",
                 Tags=names.as_tag_list(tags),
-                **_health_kwargs(spec.health),
+                **m.health_kwargs(spec.health),
             )
             return str(created["TargetGroups"][0]["TargetGroupArn"])
         except ClientError as err:
@@ -352,7 +360,7 @@ class NetworkLoadBalancers(PassFlags):
                 Protocol=op.protocol,
                 DefaultActions=[{"Type": "forward", "TargetGroupArn": tg_arn}],
                 Tags=names.as_tag_list(tags),
-                **_tls_kwargs(op.certificate, op.ssl_policy),
+                **m.tls_kwargs(op.certificate, op.ssl_policy),
             )
         except ClientError as err:
             if _code(err) != "DuplicateListener":
@@ -370,26 +378,3 @@ class NetworkLoadBalancers(PassFlags):
                 # The LB or listener that used it is still being deleted: ask the queue to come back.
                 raise RetryError(f"target group {arn} still in use", delay_seconds=10) from err
             raise
-
-
-def _tls_kwargs(certificate: str, ssl_policy: str) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    if certificate:
-        kwargs["Certificates"] = [{"CertificateArn": certificate}]
-        if ssl_policy:
-            kwargs["SslPolicy"] = ssl_policy
-    return kwargs
-
-
-def _health_kwargs(health: m.HealthCheck) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "HealthCheckProtocol": health.protocol,
-        "HealthCheckPort": health.port,
-        "HealthyThresholdCount": health.healthy,
-        "UnhealthyThresholdCount": health.unhealthy,
-        "HealthCheckIntervalSeconds": health.interval,
-        "HealthCheckTimeoutSeconds": health.timeout,
-    }
-    if health.protocol.startswith("HTTP"):
-        kwargs["HealthCheckPath"] = health.path
-    return kwargs

@@ -57,7 +57,7 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
-from ccm.contracts import InvalidServiceConfig, KubeObject, RetryError
+from ccm.contracts import CloudStateError, KubeObject, RetryError
 from ccm.service.lbconfig import LoadBalancerConfig
 
 __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "stale_node_rules"]
@@ -324,8 +324,8 @@ class SecurityGroups:
                 self.forget_node_groups()
                 raise RetryError(f"security group not found authorizing on {group_id}", CONFLICT_RETRY_SECONDS) from err
             if lb_rules and code == "RulesPerSecurityGroupLimitExceeded":
-                # Retrying cannot help: it needs fewer ranges or ports (or a raised quota) - a Warning, as upstream.
-                raise InvalidServiceConfig(
+                # A quota: fewer ranges or ports cure it, and so does a raised quota (AWS side): Warning + retry.
+                raise CloudStateError(
                     f"{len(rules)} new rules exceed the rules-per-security-group quota of {group_id}: "
                     "use fewer source ranges or ports, or raise the quota"
                 ) from err

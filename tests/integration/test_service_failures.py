@@ -1,0 +1,151 @@
+"""How a failed reconcile is said (issue 11, items 7-10), through the real handler (emulator over HTTP + in-process
+moto): every reference a Service names is read before the first write; what AWS-side changes can cure is a
+Warning on every attempt and a retry with backoff, what only the author can cure is a Warning without retry;
+every failure is logged with the Service key; the reason is always upstream's `SyncLoadBalancerFailed`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import boto3
+import pytest
+
+from ccm.messages import delta_for
+from ccm.service import annotations as a
+from tests.integration.conftest import REGION, World
+from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator, stack: fixtures)
+    Ctx,
+    create_service,
+    emulator,
+    read,
+    receive_event,
+    sqs_event,
+    stack,
+)
+
+IAM_CERT = "arn:aws:iam::123456789012:server-certificate/web-tls"
+ACM_CERT = f"arn:aws:acm:{REGION}:123456789012:certificate/0e2a7c6b-1111-2222-3333-444455556666"
+MISSING_SG = "sg-0123456789abcdef0"
+CERT_PEM = "-----BEGIN CERTIFICATE-----\nMIIB (moto keeps IAM server certificates as given)\n-----END CERTIFICATE-----"
+KEY_PEM = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----"
+
+
+def aws_changes(world: World) -> dict[str, int]:
+    """Calls that change load balancers or security groups (the handler's own SQS bookkeeping is no AWS change)."""
+    calls = world.clients.counter.thread_calls()
+    return {
+        op: n
+        for op, n in calls.items()
+        if op.split(":")[0] in ("elb", "elbv2", "ec2") and not op.split(":")[1].startswith(("Describe", "Get"))
+    }
+
+
+def warnings_of(world_: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    events = json.loads(world_["core"].list_namespaced_event("default", _preload_content=False).data)["items"]
+    return [e for e in events if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
+
+
+def lb_service(world_: dict[str, Any], name: str, lb_type: str, annotations: dict[str, str]) -> dict[str, Any]:
+    svc = create_service(world_["core"], name, ports=[{"name": "https", "port": 443}])
+    return (
+        json.loads(
+            world_["core"]
+            .patch_namespaced_service(
+                name,
+                "default",
+                {"metadata": {"annotations": {a.TYPE_ANNOTATION: lb_type, **annotations}}},
+                _preload_content=False,
+                _content_type="application/merge-patch+json",
+            )
+            .data
+        )
+        or svc
+    )
+
+
+def deliver(world_: dict[str, Any], bodies: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Like the ESM: invoke with what is visible, delete what succeeded; returns the failed records' receipts."""
+    event = sqs_event(world_, bodies) if bodies else receive_event(world_)
+    assert event["Records"], "nothing to deliver"
+    response: dict[str, Any] = world_["runtime"].handle_batch(event, Ctx())
+    failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+    for record in event["Records"]:
+        if record["messageId"] not in failed:
+            world_["sqs"].delete_message(QueueUrl=world_["queue_url"], ReceiptHandle=record["receiptHandle"])
+    return response, [r["receiptHandle"] for r in event["Records"] if r["messageId"] in failed]
+
+
+def backoff_over(world_: dict[str, Any], receipts: list[str]) -> None:
+    """The failed records were NOT visible again at once (a backoff was set); end it now instead of sleeping."""
+    assert receive_event(world_)["Records"] == []
+    for receipt in receipts:
+        world_["sqs"].change_message_visibility(
+            QueueUrl=world_["queue_url"], ReceiptHandle=receipt, VisibilityTimeout=0
+        )
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_a_missing_certificate_changes_nothing_warns_logs_and_is_cured_by_importing_it(
+    stack: dict[str, Any],  # noqa: F811
+    world: World,
+    lb_type: str,
+    caplog: pytest.LogCaptureFixture,
+):
+    name = f"tls-{lb_type}"
+    svc = lb_service(stack, name, lb_type, {a.SSL_CERT_ANNOTATION: IAM_CERT})
+    world.clients.counter.reset_thread()
+    with caplog.at_level(logging.INFO):
+        response, receipts = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert len(response["batchItemFailures"]) == 1  # retried: importing the certificate cures it
+    assert aws_changes(world) == {}  # no security group made first
+    [warning] = warnings_of(stack, name)
+    assert warning["reason"] == "SyncLoadBalancerFailed"
+    assert warning["message"].startswith("Error syncing load balancer: ")
+    assert a.SSL_CERT_ANNOTATION in warning["message"] and IAM_CERT in warning["message"]
+    assert any(f"default/{name}" in r.getMessage() and IAM_CERT in r.getMessage() for r in caplog.records)
+
+    boto3.client("iam", region_name=REGION).upload_server_certificate(
+        ServerCertificateName="web-tls", CertificateBody=CERT_PEM, PrivateKey=KEY_PEM
+    )
+    backoff_over(stack, receipts)
+    assert deliver(stack, [])[0] == {"batchItemFailures": []}
+    assert (read(stack["core"], name) or {})["status"]["loadBalancer"]["ingress"]
+
+
+def test_a_mistyped_security_group_is_retried_with_a_warning_each_time_and_nothing_is_created(
+    stack: dict[str, Any],  # noqa: F811
+    world: World,
+):
+    """The issue's case: it went five times into the DLQ without an event or a log line."""
+    svc = lb_service(stack, "byo", "nlb", {a.SECURITY_GROUPS_ANNOTATION: MISSING_SG})
+    world.clients.counter.reset_thread()
+    response, receipts = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert len(response["batchItemFailures"]) == 1
+    backoff_over(stack, receipts)
+    response, _ = deliver(stack, [])
+    assert len(response["batchItemFailures"]) == 1
+    assert aws_changes(world) == {}
+    reasons = [
+        (w["reason"], a.SECURITY_GROUPS_ANNOTATION in w["message"] and MISSING_SG in w["message"])
+        for w in warnings_of(stack, "byo")
+    ]
+    assert reasons == [("SyncLoadBalancerFailed", True)] * 2  # one per attempt, before any could reach the DLQ
+
+
+def test_a_group_of_another_vpc_is_invalid_not_retried_and_changes_nothing(
+    stack: dict[str, Any],  # noqa: F811
+    world: World,
+):
+    ec2 = boto3.client("ec2", region_name=REGION)
+    other_vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    foreign = ec2.create_security_group(GroupName="elsewhere", Description="x", VpcId=other_vpc)["GroupId"]
+    svc = lb_service(stack, "foreign", "clb", {a.EXTRA_SECURITY_GROUPS_ANNOTATION: foreign})
+    world.clients.counter.reset_thread()
+    response, _ = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert response == {"batchItemFailures": []}  # only the author can cure it: not retried until it changes
+    assert aws_changes(world) == {}
+    [warning] = warnings_of(stack, "foreign")
+    assert warning["reason"] == "SyncLoadBalancerFailed"
+    assert f"{a.EXTRA_SECURITY_GROUPS_ANNOTATION}: security group {foreign} is in {other_vpc}" in warning["message"]
