@@ -196,7 +196,7 @@ def test_invalid_service_gets_a_warning_and_no_aws_change(stack: dict[str, Any],
     assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
     events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
     warnings = [e for e in events if e["type"] == "Warning"]
-    assert warnings and warnings[0]["reason"] == "InvalidConfiguration"
+    assert warnings and warnings[0]["reason"] == "SyncLoadBalancerFailed"  # upstream's reason for every failure
     assert "SCTP" in warnings[0]["message"]
 
 
