@@ -14,7 +14,7 @@ import pytest
 
 from ccm.messages import delta_for
 from ccm.service import annotations as a
-from tests.integration.conftest import REGION, World
+from tests.integration.conftest import CLUSTER, REGION, World
 from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator, stack: fixtures)
     Ctx,
     create_service,
@@ -26,7 +26,6 @@ from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator
 )
 
 IAM_CERT = "arn:aws:iam::123456789012:server-certificate/web-tls"
-ACM_CERT = f"arn:aws:acm:{REGION}:123456789012:certificate/0e2a7c6b-1111-2222-3333-444455556666"
 MISSING_SG = "sg-0123456789abcdef0"
 CERT_PEM = "-----BEGIN CERTIFICATE-----\nMIIB (moto keeps IAM server certificates as given)\n-----END CERTIFICATE-----"
 KEY_PEM = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----"
@@ -149,3 +148,29 @@ def test_a_group_of_another_vpc_is_invalid_not_retried_and_changes_nothing(
     [warning] = warnings_of(stack, "foreign")
     assert warning["reason"] == "SyncLoadBalancerFailed"
     assert f"{a.EXTRA_SECURITY_GROUPS_ANNOTATION}: security group {foreign} is in {other_vpc}" in warning["message"]
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_an_untagged_node_group_is_a_warning_naming_it_and_the_tag(
+    stack: dict[str, Any],  # noqa: F811
+    world: World,
+    lb_type: str,
+):
+    """Issue 11 item 13: the LB was reported Ensured while no rule let it reach the nodes, and nothing said so."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    tag = f"kubernetes.io/cluster/{CLUSTER}"
+    tagged = ec2.describe_security_groups(Filters=[{"Name": "tag-key", "Values": [tag]}])["SecurityGroups"]
+    ec2.delete_tags(Resources=[g["GroupId"] for g in tagged], Tags=[{"Key": tag}])
+    node_group = ec2.create_security_group(GroupName="nodes", Description="nodes", VpcId=world.vpc_id)["GroupId"]
+    for instance in world.instances:  # the nodes' group, created without the cluster tag
+        ec2.modify_instance_attribute(InstanceId=instance, Groups=[node_group])
+    svc = create_service(stack["core"], f"untagged-{lb_type}", ports=[{"name": "http", "port": 80}])
+    svc["metadata"]["annotations"] = {a.TYPE_ANNOTATION: lb_type}
+    stack["core"].patch_namespaced_service(
+        svc["metadata"]["name"], "default", {"metadata": {"annotations": svc["metadata"]["annotations"]}}
+    )
+    response, _ = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert response == {"batchItemFailures": []}  # the LB is made; what is missing is said
+    [warning] = warnings_of(stack, svc["metadata"]["name"])
+    assert warning["reason"] == "NodeSecurityGroupNotTagged"
+    assert node_group in warning["message"] and f"{tag}=owned" in warning["message"]

@@ -24,7 +24,7 @@ from ccm.aws import names
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
-from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.contracts import (
     CloudStateError,
@@ -109,13 +109,12 @@ class ClassicLoadBalancers(PassFlags):
                 attributes = described["LoadBalancerAttributes"]
             observed = observed_from_api(lb, tags, attributes)
         self._apply(name, m.plan(desired, observed, cluster_name))
+        warnings = [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
         if self.security_groups is not None and groups:
-            self.security_groups.ensure_node_access(groups, name, uid)
-        if subnets.warning:
-            return replace(
-                _status(observed.dns_name), warnings=(LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning),)
-            )
-        return _status(observed.dns_name)
+            ids = [i for i in map(p.instance_id, nodes) if i]
+            if unreachable := self.security_groups.ensure_node_access(groups, name, uid, ids):
+                warnings.append(LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable))
+        return replace(_status(observed.dns_name), warnings=tuple(warnings))
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
         """Only the instances: a host update never changes anything else (a Service change does that)."""

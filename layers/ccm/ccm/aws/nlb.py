@@ -19,7 +19,7 @@ from ccm.aws import nlb_model as m
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
-from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.contracts import (
     ImplementedElsewhere,
@@ -90,7 +90,8 @@ class NetworkLoadBalancers(PassFlags):
         observed = None if lb is None else self._observe(lb, uid, with_targets=True, desired=desired)
         used = refs.in_use(lb, (ls.certificate for ls in observed.listeners) if observed else ())
         self.references.verify(refs.wanted(config, creating=lb is None, placement_fixed=True) - used, config)
-        group_ids = self._ensure_groups(service, config, desired, lb)
+        group_ids, unreachable = self._ensure_groups(service, config, desired, lb, nodes)
+        warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
             lb = self._create_lb(desired, placement, group_ids)
             observed = self._observe(lb, uid, with_targets=True, desired=desired, created=created)
@@ -112,8 +113,13 @@ class NetworkLoadBalancers(PassFlags):
         return {s["SubnetId"]: s["CidrBlock"] for s in found}
 
     def _ensure_groups(
-        self, service: KubeObject, config: LoadBalancerConfig, desired: m.NLBSpec, lb: dict[str, Any] | None
-    ) -> list[str]:
+        self,
+        service: KubeObject,
+        config: LoadBalancerConfig,
+        desired: m.NLBSpec,
+        lb: dict[str, Any] | None,
+        nodes: Sequence[KubeObject],
+    ) -> tuple[list[str], str | None]:
         """Security groups: a new NLB gets a managed group (listener ports from the source ranges) and ONE rule on
         the node group; an NLB created without groups (AWS cannot add them later) is left as it is."""
         if (
@@ -121,15 +127,15 @@ class NetworkLoadBalancers(PassFlags):
             or not self.check_attributes
             or (lb is not None and not lb.get("SecurityGroups"))
         ):
-            return []
+            return [], None
         uid = p.meta(service)["uid"]
         group_ids = self.security_groups.ensure_lb_group(
             desired.name, service, config, "nlb", dict(config.additional_tags)
         )
         if lb is not None and sorted(lb.get("SecurityGroups") or []) != sorted(group_ids):
             self.clients.elbv2.set_security_groups(LoadBalancerArn=lb["LoadBalancerArn"], SecurityGroups=group_ids)
-        self.security_groups.ensure_node_access(group_ids, desired.name, uid)
-        return group_ids
+        ids = [i for i in map(p.instance_id, nodes) if i]
+        return group_ids, self.security_groups.ensure_node_access(group_ids, desired.name, uid, ids)
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
         """Only the targets: a host update never changes listeners or groups (a Service change does that)."""
