@@ -14,6 +14,7 @@ import pytest
 
 from ccm.messages import delta_for
 from ccm.service import annotations as a
+from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import CLUSTER, REGION, World
 from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator, stack: fixtures)
     Ctx,
@@ -174,3 +175,21 @@ def test_an_untagged_node_group_is_a_warning_naming_it_and_the_tag(
     [warning] = warnings_of(stack, svc["metadata"]["name"])
     assert warning["reason"] == "NodeSecurityGroupNotTagged"
     assert node_group in warning["message"] and f"{tag}=owned" in warning["message"]
+
+
+def test_an_unreadable_service_is_logged_with_its_key_and_backed_off(
+    stack: dict[str, Any],  # noqa: F811
+    emulator: Emulator,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+):
+    """A failure before the reconciler could report it (the API server unreachable) came back at once, logged by
+    Powertools at DEBUG only: five quick receives into the DLQ, silently. Now: a log line with the key, a backoff."""
+    svc = create_service(stack["core"], "unread")
+    emulator.stop()
+    with caplog.at_level(logging.WARNING):
+        response, _ = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert len(response["batchItemFailures"]) == 1
+    assert receive_event(stack)["Records"] == []  # not visible again at once: a backoff was set
+    failed = [r for r in caplog.records if r.getMessage() == "reconcile failed"]
+    assert [getattr(r, "service_key", None) for r in failed] == ["default/unread"]
+    assert "Connection refused" in getattr(failed[0], "error", "")
