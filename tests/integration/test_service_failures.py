@@ -15,6 +15,7 @@ import pytest
 from ccm.messages import delta_for
 from ccm.service import annotations as a
 from devstack.k8s_emulator import Emulator
+from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
 from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator, stack: fixtures)
     Ctx,
@@ -193,3 +194,14 @@ def test_an_unreadable_service_is_logged_with_its_key_and_backed_off(
     failed = [r for r in caplog.records if r.getMessage() == "reconcile failed"]
     assert [getattr(r, "service_key", None) for r in failed] == ["default/unread"]
     assert "Connection refused" in getattr(failed[0], "error", "")
+
+
+def test_groups_named_for_an_nlb_made_without_groups_are_not_read(world: World):
+    """AWS cannot add groups to an NLB created without them, so the groups a Service names there are never used:
+    a missing one must not fail the Service (only references about to be used are verified)."""
+    svc = service(annotations={a.TYPE_ANNOTATION: "nlb"})
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())  # no SecurityGroups driver: made without groups
+    svc["metadata"]["annotations"][a.SECURITY_GROUPS_ANNOTATION] = MISSING_SG
+    world.clients.counter.reset_thread()
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    assert not any(op.startswith("ec2:") for op in world.clients.counter.thread_calls())

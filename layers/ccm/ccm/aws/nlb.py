@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -89,7 +90,10 @@ class NetworkLoadBalancers(PassFlags):
         # Observed before any write (groups included), so references the listeners already use are not re-read.
         observed = None if lb is None else self._observe(lb, uid, with_targets=True, desired=desired)
         used = refs.in_use(lb, (ls.certificate for ls in observed.listeners) if observed else ())
-        self.references.verify(refs.wanted(config, creating=lb is None, placement_fixed=True) - used, config)
+        wanted = refs.wanted(config, creating=lb is None, placement_fixed=True)
+        if lb is not None and not lb.get("SecurityGroups"):  # created without groups: they would never be used
+            wanted = replace(wanted, security_groups=frozenset())
+        self.references.verify(wanted - used, config)
         group_ids, unreachable = self._ensure_groups(service, config, desired, lb, nodes)
         warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
