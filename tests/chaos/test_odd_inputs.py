@@ -121,7 +121,7 @@ def test_a_hundred_ports_get_a_clear_warning_not_a_crash(stack: Stack, ns: str) 
     warnings = stack.wait_for(
         lambda: [e for e in events_of(stack, ns, "wide") if e[0] == "Warning"], timeout=60, what="a Warning event"
     )
-    assert [reason for _, reason, _ in warnings] == ["InvalidConfiguration"]
+    assert [reason for _, reason, _ in warnings] == ["SyncLoadBalancerFailed"]  # upstream's reason
     assert "100 ports exceed the 50-listener limit of an NLB" in warnings[0][2], warnings
     assert w.drain(stack, time.monotonic() + 60)
     assert w.queue_depth(stack, "ServicesDLQ") == 0  # bad input is not retried into the DLQ

@@ -179,7 +179,7 @@ def hard_rule_services(stack: Stack) -> Iterator[dict[str, Any]]:
         ports = spec.pop("ports", [80])
         create_lb_service(stack, name, ports, annotations, **spec)
     for name in HARD_RULES:
-        wait_event(stack, name, "InvalidConfiguration")
+        wait_event(stack, name, "SyncLoadBalancerFailed")
     quiet(stack)
     yield {"calls": service_calls(stack) - before}
     for name in HARD_RULES:
@@ -195,7 +195,7 @@ def test_hard_rules_warn_with_the_exact_reason_and_change_nothing(
     _, message = HARD_RULES[name]
     warnings = [e for e in events_for(stack, name) if e["type"] == "Warning"]
     assert {(e["reason"], e["message"]) for e in warnings} == {
-        ("InvalidConfiguration", f"Error syncing load balancer: {message}")
+        ("SyncLoadBalancerFailed", f"Error syncing load balancer: {message}")
     }
     svc = read_service(stack, name)
     assert svc is not None and not ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")

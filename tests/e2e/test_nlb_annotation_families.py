@@ -180,8 +180,18 @@ def test_dualstack_opens_ipv6_too(stack: Stack):
     group = managed_group(stack, svc)
     assert group is not None and lb["SecurityGroups"] == [group["GroupId"]]
     perms = group["IpPermissions"]
-    assert [(p["FromPort"], [r["CidrIp"] for r in p.get("IpRanges", [])]) for p in perms] == [(80, ["0.0.0.0/0"])]
-    assert [r["CidrIpv6"] for p in perms for r in p.get("Ipv6Ranges", [])] == ["::/0"]
+    rules = {
+        (p["IpProtocol"], p["FromPort"], p["ToPort"], r.get("CidrIp") or r.get("CidrIpv6"))
+        for p in perms
+        for r in [*p.get("IpRanges", []), *p.get("Ipv6Ranges", [])]
+    }
+    # The listener port from both families, and path-MTU discovery: ICMP 3/4 (IPv4), ICMPv6 2/0 "too big" (IPv6).
+    assert rules == {
+        ("tcp", 80, 80, "0.0.0.0/0"),
+        ("tcp", 80, 80, "::/0"),
+        ("icmp", 3, 4, "0.0.0.0/0"),
+        ("icmpv6", 2, 0, "::/0"),
+    }
     gone(stack, svc)
 
 
@@ -316,7 +326,10 @@ def test_source_ranges_managed_group_and_one_node_rule(stack: Stack):
             (p["IpProtocol"], p["FromPort"], p["ToPort"], r["CidrIp"]) for p in perms for r in p.get("IpRanges", [])
         }
 
-    assert lb_rules(group["GroupId"]) == {("tcp", port, port, cidr) for port in (80, 443) for cidr in ranges}
+    # Listener ports from the ranges, plus ICMP "fragmentation needed" (path-MTU discovery, as cloud-provider-aws).
+    assert lb_rules(group["GroupId"]) == {("tcp", port, port, cidr) for port in (80, 443) for cidr in ranges} | {
+        ("icmp", 3, 4, cidr) for cidr in ranges
+    }
     # ONE node rule per LB, referencing its group (all traffic), whatever its ports and ranges.
     name = nlb(stack, svc)["LoadBalancerName"]  # type: ignore[index]
     assert [rule[0] for rule in node_rules_from(stack, group["GroupId"])] == ["-1"]
@@ -328,7 +341,11 @@ def test_source_ranges_managed_group_and_one_node_rule(stack: Stack):
 
     # A changed range is authorized and the stale one revoked; the node rule stays as it is.
     patch_service(stack, "ranged", {"spec": {"loadBalancerSourceRanges": ["203.0.113.0/24", "192.0.2.0/24"]}})
-    wanted = {("tcp", port, port, cidr) for port in (80, 443) for cidr in ("203.0.113.0/24", "192.0.2.0/24")}
+    wanted = {
+        (proto, low, high, cidr)
+        for proto, low, high in (("tcp", 80, 80), ("tcp", 443, 443), ("icmp", 3, 4))
+        for cidr in ("203.0.113.0/24", "192.0.2.0/24")
+    }
     stack.wait_for(lambda: lb_rules(group["GroupId"]) == wanted, what="source ranges updated")
     assert len(node_rules_from(stack, group["GroupId"])) == 1
     gone(stack, svc, other)

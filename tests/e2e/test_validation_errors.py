@@ -1,7 +1,9 @@
 """Invalid input end to end: a bad annotation (or spec field) added to a live Service yields a Warning event
-`InvalidConfiguration` naming the annotation and its value, no mutating AWS call at all (counted with the
-reconciler's own botocore hooks) and the same AWS state (read back with boto3), and the Service keeps its load
-balancer; fixing the annotation resumes normal reconciling of the same LB."""
+`SyncLoadBalancerFailed` (upstream's reason) naming the annotation and its value, no mutating AWS call at all
+(counted with the reconciler's own botocore hooks) and the same AWS state (read back with boto3), and the Service
+keeps its load balancer; fixing the annotation resumes normal reconciling of the same LB. A well-formed reference
+to something AWS does not hold (yet) is read before the first write: a Warning per attempt, retried, nothing
+created."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from devstack.stack import Stack
 from tests.e2e.helpers import (
     A,
     create_lb_service,
+    dlq_depth,
     events_for,
     gone,
     hostname,
@@ -28,6 +31,8 @@ from tests.e2e.helpers import (
 
 SOURCE_RANGES = "service.beta.kubernetes.io/load-balancer-source-ranges"
 CERT = "arn:aws:acm:us-east-1:123456789012:certificate/0e2a7c6b-1111-2222-3333-444455556666"
+FAILED = "SyncLoadBalancerFailed"  # upstream's reason for every failed sync, bad input included
+MISSING_SG = "sg-0123456789abcdef0"  # well formed, never created
 
 
 def shown(annotation: str, value: str) -> str:
@@ -98,7 +103,6 @@ CASES: dict[str, tuple[dict[str, str], dict[str, Any], list[str]]] = {
         [shown(A + "ssl-ports", "8443"), "no such port in the Service"],
     ),
     "malformed subnet ID": ({A + "subnets": "subnet-xyz"}, {}, [shown(A + "subnets", "subnet-xyz")]),
-    "unknown subnet name": ({A + "subnets": "no-such-subnet"}, {}, ["no-such-subnet"]),
     "reserved tag": (
         {A + "additional-resource-tags": "aws:owner=me"},
         {},
@@ -171,10 +175,8 @@ def test_invalid_input_on_a_live_service_warns_and_changes_nothing(stack: Stack,
         },
     )
     warning = stack.wait_for(
-        lambda: [
-            e for e in events_for(stack, VICTIM, "InvalidConfiguration") if all(n in e["message"] for n in needles)
-        ],
-        what=f"InvalidConfiguration naming {needles}",
+        lambda: [e for e in events_for(stack, VICTIM, FAILED) if all(n in e["message"] for n in needles)],
+        what=f"{FAILED} naming {needles}",
     )[-1]
     assert warning["type"] == "Warning" and warning["message"].startswith("Error syncing load balancer: ")
     quiet(stack)
@@ -207,9 +209,7 @@ def test_eip_count_against_discovered_subnets_changes_nothing(stack: Stack):
     calls = service_calls(stack)
     create_lb_service(stack, "eip-count", [80], {A + "type": "nlb", A + "eip-allocations": "eipalloc-12345678"})
     try:
-        warning = stack.wait_for(
-            lambda: events_for(stack, "eip-count", "InvalidConfiguration"), what="InvalidConfiguration"
-        )[-1]
+        warning = stack.wait_for(lambda: events_for(stack, "eip-count", FAILED), what=FAILED)[-1]
         assert shown(A + "eip-allocations", "eipalloc-12345678") in warning["message"]
         assert "needs exactly one allocation for each of 2 subnets" in warning["message"]
         quiet(stack)
@@ -220,3 +220,40 @@ def test_eip_count_against_discovered_subnets_changes_nothing(stack: Stack):
     finally:
         stack.core().delete_namespaced_service("eip-count", "default")
         stack.wait_for(lambda: read_service(stack, "eip-count") is None, what="deleted")
+
+
+# case -> (annotations naming something AWS does not hold (yet), what the Warning names)
+MISSING: dict[str, tuple[dict[str, str], list[str]]] = {
+    "mistyped-sg": (
+        {A + "type": "nlb", A + "security-groups": MISSING_SG},
+        [A + "security-groups", MISSING_SG, "not found"],
+    ),
+    "subnet-name": ({A + "type": "nlb", A + "subnets": "no-such-subnet"}, [A + "subnets", "no-such-subnet"]),
+    "clb-cert": ({A + "type": "clb", A + "ssl-cert": CERT}, [A + "ssl-cert", CERT, "not found"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MISSING))
+def test_a_missing_reference_warns_each_attempt_changes_nothing_and_is_retried(stack: Stack, case: str):
+    """Issue 11 items 7-9: a well-formed ID or ARN of nothing (yet) is checked before the first write (no security
+    group created first), reported as a Warning (never silently into the DLQ) and retried with backoff, because
+    creating it in AWS cures it: removing it converges through the retry (a Warning per attempt:
+    tests/integration/test_service_failures.py)."""
+    annotations, needles = MISSING[case]
+    name = case
+    quiet(stack)
+    calls = service_calls(stack)
+    svc = create_lb_service(stack, name, [443], annotations)
+    try:
+        warnings = stack.wait_for(
+            lambda: [e for e in events_for(stack, name, FAILED) if all(n in e["message"] for n in needles)],
+            what=f"{FAILED} naming {needles}",
+        )
+        assert warnings[-1]["type"] == "Warning" and warnings[-1]["message"].startswith("Error syncing load balancer")
+        assert mutating(service_calls(stack) - calls) == {}
+        assert tagged_for_service(stack, svc) == [] and hostname(stack, name) is None
+        assert dlq_depth(stack) == 0
+        patch_service(stack, name, {"metadata": {"annotations": {k: None for k in annotations if k != A + "type"}}})
+        stack.wait_for(lambda: hostname(stack, name), timeout=60, what="converged once the reference is gone")
+    finally:
+        gone(stack, svc)

@@ -1,6 +1,6 @@
 """Property, through the real handler (emulator over HTTP + in-process moto): whatever annotations a Service
 carries, no exception escapes the Lambda handler, and an invalid configuration makes NO AWS mutation, leaves a
-Warning `InvalidConfiguration` event naming the annotation, and is not retried."""
+Warning `SyncLoadBalancerFailed` event (upstream's reason) naming the annotation, and is not retried."""
 
 from __future__ import annotations
 
@@ -71,5 +71,5 @@ def test_any_annotations_never_escape_and_invalid_ones_change_nothing(
         assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
         events = json.loads(stack["core"].list_namespaced_event("default", _preload_content=False).data)["items"]
         warnings = [e for e in events if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
-        assert [e["reason"] for e in warnings] == ["InvalidConfiguration"]
+        assert [e["reason"] for e in warnings] == ["SyncLoadBalancerFailed"]
         assert any(key in warnings[0]["message"] for key in annotations)

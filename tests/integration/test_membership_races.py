@@ -124,4 +124,4 @@ def test_a_host_update_of_a_now_invalid_service_warns_without_retrying(
     # Bad input is not retried into the DLQ: the record succeeds and the user gets a Warning.
     assert runtime.handle_batch(event, Ctx()) == {"batchItemFailures": []}
     events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
-    assert "InvalidConfiguration" in {e["reason"] for e in events if e["type"] == "Warning"}
+    assert "SyncLoadBalancerFailed" in {e["reason"] for e in events if e["type"] == "Warning"}

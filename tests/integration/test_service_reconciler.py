@@ -51,6 +51,12 @@ def emulator(tmp_path: Path) -> Iterator[Emulator]:
 def stack(world: World, emulator: Emulator, tmp_path: Path) -> Iterator[dict[str, Any]]:
     for n in world.nodes():
         emulator.create(n)
+    # The nodes' (default) security group is the cluster's node group, as the deploy guide asks: tagged.
+    ec2 = world.clients.session.client("ec2")
+    node_group = ec2.describe_security_groups(
+        Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}, {"Name": "group-name", "Values": ["default"]}]
+    )["SecurityGroups"][0]["GroupId"]
+    ec2.create_tags(Resources=[node_group], Tags=[{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}])
     api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
     sqs = boto3.client("sqs", region_name="us-east-1")
     queue_url = sqs.create_queue(QueueName="svc.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})[
@@ -196,7 +202,7 @@ def test_invalid_service_gets_a_warning_and_no_aws_change(stack: dict[str, Any],
     assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
     events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
     warnings = [e for e in events if e["type"] == "Warning"]
-    assert warnings and warnings[0]["reason"] == "InvalidConfiguration"
+    assert warnings and warnings[0]["reason"] == "SyncLoadBalancerFailed"  # upstream's reason for every failure
     assert "SCTP" in warnings[0]["message"]
 
 

@@ -27,8 +27,26 @@ def tcp(port: int, cidr: str) -> IngressRule:
     return IngressRule("tcp", port, port, cidr=cidr)
 
 
+def mtu(*cidrs: str) -> set[IngressRule]:
+    """The path-MTU rule of each range: ICMP 3/4 (IPv4), ICMPv6 2/0 (IPv6)."""
+    return {IngressRule("icmpv6", 2, 0, cidr=c) if ":" in c else IngressRule("icmp", 3, 4, cidr=c) for c in cidrs}
+
+
 def test_nlb_default_opens_listener_ports_to_everyone() -> None:
-    assert desired_lb_rules(config(), "nlb") == {tcp(80, "0.0.0.0/0"), tcp(443, "0.0.0.0/0")}
+    assert desired_lb_rules(config(), "nlb") == {tcp(80, "0.0.0.0/0"), tcp(443, "0.0.0.0/0"), *mtu("0.0.0.0/0")}
+
+
+def test_nlb_group_lets_path_mtu_discovery_through_per_range() -> None:
+    """cloud-provider-aws gives its NLB clients ICMP 3/4 (fragmentation needed); IPv6 needs ICMPv6 2 (too big)."""
+    ranges = ["10.0.0.0/8", "2001:db8::/32"]
+    dual = config(ann={P + "ip-address-type": "dualstack"}, loadBalancerSourceRanges=ranges, ports=[(80, 30080)])
+    rules = desired_lb_rules(dual, "nlb")
+    assert IngressRule("icmp", 3, 4, cidr="10.0.0.0/8") in rules
+    assert IngressRule("icmpv6", 2, 0, cidr="2001:db8::/32") in rules
+    assert m.to_permissions(mtu("10.0.0.0/8", "2001:db8::/32")) == [
+        {"IpProtocol": "icmp", "FromPort": 3, "ToPort": 4, "IpRanges": [{"CidrIp": "10.0.0.0/8"}]},
+        {"IpProtocol": "icmpv6", "FromPort": 2, "ToPort": 0, "Ipv6Ranges": [{"CidrIpv6": "2001:db8::/32"}]},
+    ]
 
 
 def test_ports_times_ranges_and_udp() -> None:
@@ -42,7 +60,7 @@ def test_ports_times_ranges_and_udp() -> None:
         IngressRule(proto, port, port, cidr=cidr)
         for proto, port in (("udp", 53), ("tcp", 80))
         for cidr in ("10.0.0.0/8", "192.168.1.0/24")
-    }
+    } | mtu("10.0.0.0/8", "192.168.1.0/24")
 
 
 def test_tcp_udp_listener_opens_both_protocols() -> None:
@@ -53,17 +71,19 @@ def test_tcp_udp_listener_opens_both_protocols() -> None:
     ]
     cfg = a.parse_load_balancer_config(svc)
     assert [ls.protocol for ls in cfg.listeners] == ["TCP_UDP"]
-    assert desired_lb_rules(cfg, "nlb") == {tcp(53, "0.0.0.0/0"), IngressRule("udp", 53, 53, cidr="0.0.0.0/0")}
+    assert desired_lb_rules(cfg, "nlb") == {tcp(53, "0.0.0.0/0"), IngressRule("udp", 53, 53, cidr="0.0.0.0/0")} | mtu(
+        "0.0.0.0/0"
+    )
 
 
 def test_ipv6_ranges_only_on_dualstack_nlb() -> None:
     ranges = ["10.0.0.0/8", "2001:db8::/32"]
     v4 = desired_lb_rules(config(loadBalancerSourceRanges=ranges, ports=[(80, 30080)]), "nlb")
-    assert v4 == {tcp(80, "10.0.0.0/8")}
+    assert v4 == {tcp(80, "10.0.0.0/8"), *mtu("10.0.0.0/8")}
     dual = config(ann={P + "ip-address-type": "dualstack"}, loadBalancerSourceRanges=ranges, ports=[(80, 30080)])
-    assert desired_lb_rules(dual, "nlb") == {tcp(80, "10.0.0.0/8"), tcp(80, "2001:db8::/32")}
+    assert desired_lb_rules(dual, "nlb") == {tcp(80, "10.0.0.0/8"), tcp(80, "2001:db8::/32"), *mtu(*ranges)}
     default_dual = config(ann={P + "ip-address-type": "dualstack"}, ports=[(80, 30080)])
-    assert desired_lb_rules(default_dual, "nlb") == {tcp(80, "0.0.0.0/0"), tcp(80, "::/0")}
+    assert desired_lb_rules(default_dual, "nlb") == {tcp(80, "0.0.0.0/0"), tcp(80, "::/0"), *mtu("0.0.0.0/0", "::/0")}
 
 
 def test_clb_adds_path_mtu_icmp_per_ipv4_range() -> None:

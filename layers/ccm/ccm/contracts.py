@@ -57,7 +57,14 @@ class ImplementedElsewhere(Exception):
 
 
 class InvalidServiceConfig(ValueError):
-    """The Service asks for something we refuse (bad annotation, forbidden field): a Warning, no AWS change."""
+    """Only a change of the Service can cure it (bad annotation, forbidden field): a Warning, no AWS change, no
+    retry until the Service changes. Which AWS answers count as this: `ccm.aws.refusals`."""
+
+
+class CloudStateError(RuntimeError):
+    """The Service is fine but AWS does not (yet) hold what it needs: a certificate, group, subnet or address it
+    names is missing, subnets are untagged, a quota is reached. A Warning and a retry with backoff, as upstream
+    retries every failed sync; raised before the first write, so nothing was changed."""
 
 
 class LoadBalancer(Protocol):

@@ -17,7 +17,10 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
+from botocore.exceptions import ClientError
+
 from ccm.aws import names
+from ccm.aws.refusals import as_refusal
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import InvalidServiceConfig, KubeObject, LoadBalancerStatus, RetryError
 from ccm.service import predicates as p
@@ -99,7 +102,14 @@ class LoadBalancers:
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
     ) -> LoadBalancerStatus:
         chosen = self.lb_type(service)
-        status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes)
+        try:
+            status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes)
+        except ClientError as err:
+            # Only an answer the Service author alone can cure is "invalid" (no retry); see ccm.aws.refusals.
+            refusal = as_refusal(err)
+            if refusal is None:
+                raise
+            raise refusal from err
         if self.thorough or _hostname_changed(service, status):
             uid = p.meta(service)["uid"]
             for other, driver in self.drivers.items():

@@ -21,12 +21,14 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import clb_model as m
 from ccm.aws import names
+from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
-from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
 from ccm.contracts import (
+    CloudStateError,
     ImplementedElsewhere,
     Ingress,
     InvalidServiceConfig,
@@ -63,6 +65,7 @@ class ClassicLoadBalancers(PassFlags):
         self.vpc_id = vpc_id
         self.our_class = our_class
         self.security_groups = security_groups  # None: leave security groups alone (AWS's default group)
+        self.references = refs.ReferenceChecker(clients, vpc_id)
 
     @property
     def elb(self) -> Any:
@@ -93,6 +96,7 @@ class ClassicLoadBalancers(PassFlags):
         # Everything that can refuse the Service happens above and here, before the first write.
         subnets = self._subnets(config, cluster_name, nodes)
         desired = m.desired_clb(service, config, nodes, cluster_name, subnets.ids)
+        self.references.verify(refs.wanted(config, creating=lb is None) - refs.in_use(lb), config)
         groups: list[str] = []
         if self.security_groups is not None:
             groups = self.security_groups.ensure_lb_group(name, service, config, "clb", dict(desired.tags))
@@ -106,10 +110,12 @@ class ClassicLoadBalancers(PassFlags):
                 attributes = described["LoadBalancerAttributes"]
             observed = observed_from_api(lb, tags, attributes)
         refused = self._apply(name, m.plan(desired, observed, cluster_name))
-        if self.security_groups is not None and groups:
-            self.security_groups.ensure_node_access(groups, name, uid)
         warnings = [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
+        if self.security_groups is not None and groups:
+            ids = [i for i in map(p.instance_id, nodes) if i]
+            if unreachable := self.security_groups.ensure_node_access(groups, name, uid, ids):
+                warnings.append(LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable))
         return replace(_status(observed.dns_name), warnings=tuple(warnings))
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
@@ -158,7 +164,8 @@ class ClassicLoadBalancers(PassFlags):
     ) -> None:
         name = lb["LoadBalancerName"]
         if names.cluster_tag_key(cluster_name) not in tags:
-            raise InvalidServiceConfig(
+            # Cured on the AWS side (tag or delete it): retried, not "invalid".
+            raise CloudStateError(
                 f"a Classic ELB named {name} exists but is not tagged {names.cluster_tag_key(cluster_name)}; "
                 "tag it (value owned) to let this controller adopt it, or delete it"
             )
@@ -211,8 +218,6 @@ class ClassicLoadBalancers(PassFlags):
             code = _code(err)
             if code == "DuplicateLoadBalancerName":
                 raise RetryError(f"{desired.name} appeared concurrently", delay_seconds=5) from err
-            if code == "CertificateNotFound":
-                raise InvalidServiceConfig(f"ssl-cert: the certificate was not found ({err})") from err
             raise
         return str(created["DNSName"])
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws import nlb_model as m
+from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.passflags import PassFlags
-from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
 from ccm.contracts import (
@@ -52,6 +54,7 @@ class NetworkLoadBalancers(PassFlags):
         self.security_groups = security_groups
         self.vpc_id = vpc_id
         self.our_class = our_class
+        self.references = refs.ReferenceChecker(clients, vpc_id)
 
     # -- contract ---------------------------------------------------------------------------------------------
     def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:
@@ -84,10 +87,20 @@ class NetworkLoadBalancers(PassFlags):
         elif self.check_attributes:
             wanted_subnets = self._subnets(config, cluster_name, nodes).ids if config.subnets else None
             warnings = [LoadBalancerWarning(FIXED_SETTING, w) for w in m.placement_warnings(lb, config, wanted_subnets)]
-        group_ids = self._ensure_groups(service, config, desired, lb)
+        uid = p.meta(service)["uid"]
+        # Observed before any write (groups included), so references the listeners already use are not re-read.
+        observed = None if lb is None else self._observe(lb, uid, with_targets=True, desired=desired)
+        used = refs.in_use(lb, (ls.certificate for ls in observed.listeners) if observed else ())
+        wanted = refs.wanted(config, creating=lb is None, placement_fixed=True)
+        if lb is not None and not lb.get("SecurityGroups"):  # created without groups: they would never be used
+            wanted = replace(wanted, security_groups=frozenset())
+        self.references.verify(wanted - used, config)
+        group_ids, unreachable = self._ensure_groups(service, config, desired, lb, nodes)
+        warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
             lb = self._create_lb(desired, placement, group_ids)
-        observed = self._observe(lb, p.meta(service)["uid"], with_targets=True, desired=desired, created=created)
+            observed = self._observe(lb, uid, with_targets=True, desired=desired, created=created)
+        assert observed is not None
         refused = self._apply(m.plan(desired, observed), observed, desired)
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         return LoadBalancerStatus(
@@ -106,8 +119,13 @@ class NetworkLoadBalancers(PassFlags):
         return {s["SubnetId"]: s["CidrBlock"] for s in found}
 
     def _ensure_groups(
-        self, service: KubeObject, config: LoadBalancerConfig, desired: m.NLBSpec, lb: dict[str, Any] | None
-    ) -> list[str]:
+        self,
+        service: KubeObject,
+        config: LoadBalancerConfig,
+        desired: m.NLBSpec,
+        lb: dict[str, Any] | None,
+        nodes: Sequence[KubeObject],
+    ) -> tuple[list[str], str | None]:
         """Security groups: a new NLB gets a managed group (listener ports from the source ranges) and ONE rule on
         the node group; an NLB created without groups (AWS cannot add them later) is left as it is."""
         if (
@@ -115,15 +133,15 @@ class NetworkLoadBalancers(PassFlags):
             or not self.check_attributes
             or (lb is not None and not lb.get("SecurityGroups"))
         ):
-            return []
+            return [], None
         uid = p.meta(service)["uid"]
         group_ids = self.security_groups.ensure_lb_group(
             desired.name, service, config, "nlb", dict(config.additional_tags)
         )
         if lb is not None and sorted(lb.get("SecurityGroups") or []) != sorted(group_ids):
             self.clients.elbv2.set_security_groups(LoadBalancerArn=lb["LoadBalancerArn"], SecurityGroups=group_ids)
-        self.security_groups.ensure_node_access(group_ids, desired.name, uid)
-        return group_ids
+        ids = [i for i in map(p.instance_id, nodes) if i]
+        return group_ids, self.security_groups.ensure_node_access(group_ids, desired.name, uid, ids)
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
         """Only the targets: a host update never changes listeners or groups (a Service change does that)."""
@@ -303,7 +321,7 @@ class NetworkLoadBalancers(PassFlags):
                     LoadBalancerArn=observed.arn, Attributes=[{"Key": k, "Value": v} for k, v in op.attributes]
                 )
             elif isinstance(op, m.ModifyTargetGroup):
-                elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **_health_kwargs(op.health))
+                elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **m.health_kwargs(op.health))
             elif isinstance(op, m.RegisterTargets):
                 refused.update(
                     register_targets(elbv2, self.clients.ec2, arn_by_name[op.name], op.port, op.instance_ids)
@@ -319,7 +337,7 @@ class NetworkLoadBalancers(PassFlags):
                     ListenerArn=op.arn,
                     Protocol=op.protocol,
                     DefaultActions=[{"Type": "forward", "TargetGroupArn": arn_by_name[op.target_group]}],
-                    **_tls_kwargs(op.certificate, op.ssl_policy),
+                    **m.tls_kwargs(op.certificate, op.ssl_policy),
                 )
             elif isinstance(op, m.DeleteListener):
                 elbv2.delete_listener(ListenerArn=op.arn)
@@ -343,7 +361,7 @@ class NetworkLoadBalancers(PassFlags):
                 VpcId=self.vpc_id,
                 TargetType="instance",
                 Tags=names.as_tag_list(tags),
-                **_health_kwargs(spec.health),
+                **m.health_kwargs(spec.health),
             )
             return str(created["TargetGroups"][0]["TargetGroupArn"])
         except ClientError as err:
@@ -361,7 +379,7 @@ class NetworkLoadBalancers(PassFlags):
                 Protocol=op.protocol,
                 DefaultActions=[{"Type": "forward", "TargetGroupArn": tg_arn}],
                 Tags=names.as_tag_list(tags),
-                **_tls_kwargs(op.certificate, op.ssl_policy),
+                **m.tls_kwargs(op.certificate, op.ssl_policy),
             )
         except ClientError as err:
             if _code(err) != "DuplicateListener":
@@ -379,26 +397,3 @@ class NetworkLoadBalancers(PassFlags):
                 # The LB or listener that used it is still being deleted: ask the queue to come back.
                 raise RetryError(f"target group {arn} still in use", delay_seconds=10) from err
             raise
-
-
-def _tls_kwargs(certificate: str, ssl_policy: str) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    if certificate:
-        kwargs["Certificates"] = [{"CertificateArn": certificate}]
-        if ssl_policy:
-            kwargs["SslPolicy"] = ssl_policy
-    return kwargs
-
-
-def _health_kwargs(health: m.HealthCheck) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "HealthCheckProtocol": health.protocol,
-        "HealthCheckPort": health.port,
-        "HealthyThresholdCount": health.healthy,
-        "UnhealthyThresholdCount": health.unhealthy,
-        "HealthCheckIntervalSeconds": health.interval,
-        "HealthCheckTimeoutSeconds": health.timeout,
-    }
-    if health.protocol.startswith("HTTP"):
-        kwargs["HealthCheckPath"] = health.path
-    return kwargs

@@ -373,3 +373,29 @@ def health_from_api(tg: dict[str, Any]) -> HealthCheck:
         interval=int(tg.get("HealthCheckIntervalSeconds", 0)),
         timeout=int(tg.get("HealthCheckTimeoutSeconds", 0)),
     )
+
+
+# -- the API shape -----------------------------------------------------------------------------------------------------
+def tls_kwargs(certificate: str, ssl_policy: str) -> dict[str, Any]:
+    """The Certificates/SslPolicy parameters of CreateListener and ModifyListener (none for a plain listener)."""
+    kwargs: dict[str, Any] = {}
+    if certificate:
+        kwargs["Certificates"] = [{"CertificateArn": certificate}]
+        if ssl_policy:
+            kwargs["SslPolicy"] = ssl_policy
+    return kwargs
+
+
+def health_kwargs(health: HealthCheck) -> dict[str, Any]:
+    """The health-check parameters of CreateTargetGroup and ModifyTargetGroup."""
+    kwargs: dict[str, Any] = {
+        "HealthCheckProtocol": health.protocol,
+        "HealthCheckPort": health.port,
+        "HealthyThresholdCount": health.healthy,
+        "UnhealthyThresholdCount": health.unhealthy,
+        "HealthCheckIntervalSeconds": health.interval,
+        "HealthCheckTimeoutSeconds": health.timeout,
+    }
+    if health.protocol.startswith("HTTP"):
+        kwargs["HealthCheckPath"] = health.path
+    return kwargs

@@ -58,7 +58,7 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
-from ccm.contracts import InvalidServiceConfig, KubeObject, RetryError
+from ccm.contracts import CloudStateError, KubeObject, RetryError
 from ccm.service.lbconfig import LoadBalancerConfig
 
 __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "stale_node_rules"]
@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 DELETE_RETRY_SECONDS: Final = 15  # ENIs of a deleted LB hold its group for a minute or two
 CONFLICT_RETRY_SECONDS: Final = 5
+UNTAGGED_NODE_GROUP: Final = "NodeSecurityGroupNotTagged"  # Warning reason: the LB cannot reach the nodes
 NODE_GROUPS_TTL_SECONDS: Final = 1800.0
 _LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
 
@@ -108,7 +109,7 @@ class SecurityGroups:
         # Authorize before revoking: a changed range is never briefly closed to both the old and the new clients.
         try:
             self._authorize(group_id, authorize, lb_rules=True)
-        except InvalidServiceConfig:
+        except CloudStateError:
             if not revoke:
                 raise
             # Near the rules quota the old and new rules together do not fit: revoke first (the changed ranges
@@ -192,17 +193,30 @@ class SecurityGroups:
         return {"GroupId": created["GroupId"], "IpPermissions": []}
 
     # -- node access -----------------------------------------------------------------------------------------------
-    def ensure_node_access(self, lb_group_ids: list[str], lb_name: str, service_uid: str) -> None:
+    def ensure_node_access(
+        self, lb_group_ids: list[str], lb_name: str, service_uid: str, instance_ids: Collection[str] = ()
+    ) -> str | None:
         """ONE rule per LB on each node group: all traffic from lb_group_ids[0], described with the LB's name.
-        0 mutating calls when present; a rule of this LB from another source (its groups changed) is retired."""
+        0 mutating calls when present; a rule of this LB from another source (its groups changed) is retired.
+        Returns a warning for the Service when no node group carries the cluster tag (the LB cannot reach the
+        nodes): it names the groups of the member instances `instance_ids` (one read, only in that case)."""
         if not lb_group_ids:
             raise ValueError("ensure_node_access needs the load balancer's security groups")
         groups = self._read_node_groups()
         if not groups:
-            log.warning(
-                "no node security group tagged %s in %s: no access for %s", self._cluster_tag, self.vpc_id, lb_name
-            )
-            return
+            instance_groups: list[list[str]] = []
+            if instance_ids:
+                for page in self.clients.ec2.get_paginator("describe_instances").paginate(
+                    InstanceIds=sorted(instance_ids)
+                ):
+                    instance_groups += [
+                        [str(g["GroupId"]) for g in i.get("SecurityGroups", [])]
+                        for r in page["Reservations"]
+                        for i in r["Instances"]
+                    ]
+            message = m.untagged_node_groups_message(self._cluster_tag, self.vpc_id, instance_groups)
+            log.warning("%s: %s", lb_name, message)
+            return message
         node_ids = {str(g["GroupId"]) for g in groups}
         retire: dict[str, list[IngressRule]] = {}
         for group in groups:
@@ -212,6 +226,7 @@ class SecurityGroups:
             if stale:
                 retire[str(group["GroupId"])] = stale
         self._retire(retire, {lb_name})
+        return None
 
     def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
         """Retire the node rules named after the LB, and any from its managed group `lb_group_id`."""
@@ -342,8 +357,8 @@ class SecurityGroups:
                 self.forget_node_groups()
                 raise RetryError(f"security group not found authorizing on {group_id}", CONFLICT_RETRY_SECONDS) from err
             if lb_rules and code == "RulesPerSecurityGroupLimitExceeded":
-                # Retrying cannot help: it needs fewer ranges or ports (or a raised quota) - a Warning, as upstream.
-                raise InvalidServiceConfig(
+                # A quota: fewer ranges or ports cure it, and so does a raised quota (AWS side): Warning + retry.
+                raise CloudStateError(
                     f"{len(rules)} new rules exceed the rules-per-security-group quota of {group_id}: "
                     "use fewer source ranges or ports, or raise the quota"
                 ) from err

@@ -18,8 +18,11 @@ from ccm.service.lbconfig import LoadBalancerConfig
 
 MANAGED_GROUP_PREFIX: Final = "k8s-elb-"  # cloud-provider-aws's name, so its CLB groups are found and adopted
 ALL: Final = "-1"  # all protocols (and all ports)
-# ICMP "destination unreachable / fragmentation needed": path-MTU discovery through a CLB, as upstream opens.
+# Path-MTU discovery (EC2 user guide, "Path MTU Discovery"): ICMP "destination unreachable / fragmentation needed"
+# (type 3 code 4) from the IPv4 source ranges, as cloud-provider-aws opens for CLBs and NLB clients (k/k#24254);
+# ICMPv6 "packet too big" (type 2 code 0) from the IPv6 ones.
 PATH_MTU: Final = (3, 4)
+PATH_MTU_V6: Final = (2, 0)
 NODE_RULE_PREFIX: Final = "serverless-ccm: from load balancer "
 _NODE_RULE = re.compile(r"^serverless-ccm: from load balancer (?P<lb>[A-Za-z0-9-]+)(?: \(service (?P<uid>[^)]*)\))?$")
 # Our load balancer names ("a" + UID without dashes, 32 chars): only these may inherit a shared node rule.
@@ -65,8 +68,8 @@ def managed_group_name(lb_name: str) -> str:
 
 def desired_lb_rules(config: LoadBalancerConfig, lb_type: str) -> frozenset[IngressRule]:
     """The managed group's rules: every listener port (TCP_UDP opens both) from every source range; IPv6 ranges
-    only on a dualstack NLB (an IPv4 load balancer never receives IPv6 traffic); on a CLB also ICMP 3/4 from the
-    IPv4 ranges, as cloud-provider-aws. Bring-your-own groups replace the managed group: no rules."""
+    only on a dualstack NLB (an IPv4 load balancer never receives IPv6 traffic); plus the path-MTU ICMP rule per
+    range (ICMP 3/4, ICMPv6 2/0). Bring-your-own groups replace the managed group: no rules."""
     if config.security_groups:
         return frozenset()
     dualstack = lb_type == "nlb" and config.ip_address_type == "dualstack"
@@ -77,8 +80,10 @@ def desired_lb_rules(config: LoadBalancerConfig, lb_type: str) -> frozenset[Ingr
         if protocols is None:
             raise ValueError(f"listener protocol {listener.protocol} has no security-group protocol")
         rules.update(IngressRule(p, listener.port, listener.port, cidr=c) for p in protocols for c in cidrs)
-    if lb_type == "clb":
-        rules.update(IngressRule("icmp", *PATH_MTU, cidr=c) for c in cidrs if ":" not in c)
+    rules.update(
+        IngressRule("icmpv6", *PATH_MTU_V6, cidr=c) if ":" in c else IngressRule("icmp", *PATH_MTU, cidr=c)
+        for c in cidrs
+    )
     return frozenset(rules)
 
 
@@ -243,3 +248,14 @@ def choose_node_groups(tagged: Collection[str], instance_groups: Iterable[Sequen
         elif len(set(groups)) == 1:
             chosen.update(groups)
     return tuple(sorted(chosen))
+
+
+def untagged_node_groups_message(cluster_tag: str, vpc_id: str, instance_groups: Iterable[Sequence[str]]) -> str:
+    """The Warning when no node group carries the cluster tag: the LB is up but no rule lets it reach the nodes
+    (and IAM only lets us change tagged groups). Names the member instances' groups and the tag to add."""
+    groups = sorted({g for gs in instance_groups for g in gs})
+    where = f"the nodes' security group(s) {', '.join(groups)}" if groups else "the node security group"
+    return (
+        f"no security group of {vpc_id} carries {cluster_tag}, so the load balancer cannot reach the nodes: "
+        f"tag {where} with {cluster_tag}=owned (only the group all nodes share)"
+    )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccm.aws.names import CLUSTER_TAG_PREFIX, cluster_tag_key
-from ccm.contracts import InvalidServiceConfig
+from ccm.contracts import CloudStateError
 from ccm.service.annotations import SUBNETS_ANNOTATION
 from ccm.service.lbconfig import LoadBalancerConfig
 
@@ -110,7 +110,7 @@ def resolve_subnets(
             named = {t["Value"]: s["SubnetId"] for s in found for t in s.get("Tags", []) if t["Key"] == "Name"}
             missing = [n for n in config.subnet_names if n not in named]
             if missing:
-                raise InvalidServiceConfig(f"{SUBNETS_ANNOTATION}: no subnet named {', '.join(missing)} in {vpc_id}")
+                raise CloudStateError(f"{SUBNETS_ANNOTATION}: no subnet named {', '.join(missing)} in {vpc_id}")
             chosen += [named[n] for n in config.subnet_names]
             return SubnetChoice(chosen, cidrs=cidrs_of(found, chosen) if not config.subnet_ids else None)
         return SubnetChoice(chosen)
@@ -119,7 +119,7 @@ def resolve_subnets(
     chosen = choose_subnets(subnets, tables, cluster_name, internal=config.internal)
     if not chosen:
         role = ROLE_INTERNAL_ELB if config.internal else ROLE_ELB
-        raise InvalidServiceConfig(
+        raise CloudStateError(  # cured by tagging subnets, not by the Service: retried
             f"no usable subnets in {vpc_id} for a {config.scheme} {kind}: tag one subnet per AZ with "
             f"{role}=1 and {cluster_tag_key(cluster_name)}=shared"
         )

@@ -151,7 +151,27 @@ def check_node_security_group(cluster: str, net: NetworkFacts) -> list[Finding]:
         )
     tagged = sorted(str(g["GroupId"]) for g in net.security_groups if not is_lb_group(g))
     instance_groups = [[str(g["GroupId"]) for g in i.get("SecurityGroups", [])] for i in net.instances]
-    return [*findings, _node_group_verdict(own, net.vpc_id, tagged, instance_groups)]
+    verdict = _node_group_verdict(own, net.vpc_id, tagged, instance_groups)
+    if verdict.status == "ok" and (stranded := _stranded_instances(tagged, net.instances)):
+        # A node group without the tag: its nodes get no rule, and their LBs report Ensured all the same.
+        groups = sorted({g for _, gs in stranded for g in gs}) or ["<node-security-group-id>"]
+        verdict = fail(
+            "node-security-group",
+            f"{len(stranded)} node instance(s) ({', '.join(i for i, _ in stranded[:5])}) are in no security group "
+            f"carrying {own} ({', '.join(groups)}): load balancers cannot reach them",
+            _tag_command(groups, own, "owned") + "   (the group those nodes share)",
+        )
+    return [*findings, verdict]
+
+
+def _stranded_instances(tagged: list[str], instances: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(instance id, its groups) of the cluster instances whose groups include no cluster-tagged group."""
+    stranded: list[tuple[str, list[str]]] = []
+    for instance in instances:
+        groups = sorted(str(g["GroupId"]) for g in instance.get("SecurityGroups", []))
+        if not set(groups) & set(tagged):
+            stranded.append((str(instance.get("InstanceId", "?")), groups))
+    return stranded
 
 
 def _node_group_verdict(own: str, vpc_id: str, tagged: list[str], instance_groups: list[list[str]]) -> Finding:

@@ -17,6 +17,10 @@ from ccm.service.decisions import Action, decide, ingress_equal
 
 log = logging.getLogger(__name__)
 
+# Upstream's reason for every failed ensure or delete (alerts of cloud-provider-aws users key on it); the message
+# says what failed, naming the annotation and the value for bad input.
+FAILED = "SyncLoadBalancerFailed"
+
 
 class KubeServices(Protocol):
     def get_service(self, namespace: str, name: str) -> KubeObject | None: ...
@@ -87,10 +91,14 @@ class ServiceReconciler:
             if decision.action is Action.DELETE_GONE:
                 self.by_uid.delete_for_uid(delta.uid)
         except RetryError as err:  # e.g. the old LB's security group still held by its network interfaces
+            log.info("%s: waiting: %s", delta.key, err)
             raise SyncFailed(str(err), retry_after=err.delay_seconds) from err
         except Exception as err:
-            # No live object of that UID to put an event on; the queue retries with the usual backoff.
-            raise SyncFailed(f"deleting the load balancer of an earlier UID: {err}") from err
+            message = f"deleting the load balancer of an earlier UID: {err}"
+            log.warning("%s: sync failed: %s", delta.key, message, extra={"service_key": delta.key})
+            if live is not None:  # the Service re-created under the same name sees why it waits
+                self._event(live, outcome, "Warning", FAILED, f"Error syncing load balancer: {message}")
+            raise SyncFailed(message) from err
         if live is None or decision.action is Action.NOTHING or decision.action is Action.DELETE_GONE:
             return outcome
         try:
@@ -109,15 +117,21 @@ class ServiceReconciler:
             else:
                 self._delete(live, outcome, write_status=decision.action is Action.DELETE)
         except InvalidServiceConfig as err:
-            # Bad input: tell the user, change nothing in AWS, and do not retry until the Service changes.
+            # Only the Service author can cure it: tell them (upstream's reason), change nothing in AWS, and do not
+            # retry until the Service changes.
             outcome.invalid = str(err)
-            self._event(live, outcome, "Warning", "InvalidConfiguration", f"Error syncing load balancer: {err}")
-        except RetryError as err:
+            log.warning("%s: invalid configuration, not retried: %s", delta.key, err, extra={"service_key": delta.key})
+            self._event(live, outcome, "Warning", FAILED, f"Error syncing load balancer: {err}")
+        except RetryError as err:  # waiting on AWS (provisioning, a target's health) is not failing
+            log.info("%s: waiting %d s: %s", delta.key, err.delay_seconds, err)
             raise SyncFailed(str(err), retry_after=err.delay_seconds) from err
-        except SyncFailed:
-            raise  # already reported
+        except SyncFailed as err:
+            log.warning("%s: sync failed: %s", delta.key, err, extra={"service_key": delta.key})
+            raise  # its event was recorded
         except Exception as err:
-            self._event(live, outcome, "Warning", "SyncLoadBalancerFailed", f"Error syncing load balancer: {err}")
+            # Every other failure, AWS-side ones (ccm.aws.refusals) included: Warning + log, retried with backoff.
+            log.warning("%s: sync failed: %s", delta.key, err, extra={"service_key": delta.key})
+            self._event(live, outcome, "Warning", FAILED, f"Error syncing load balancer: {err}")
             raise SyncFailed(str(err)) from err
         return outcome
 

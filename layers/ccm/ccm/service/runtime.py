@@ -112,6 +112,13 @@ class ServiceRuntime(FifoBatchRuntime):
             self.defer(record.message_id, err.retry_after or retry.delay_seconds)
             metrics.add_metric(name="ReconcileFailed", unit=MetricUnit.Count, value=1)
             raise
+        except Exception as err:
+            # Not reported by the reconciler (e.g. the Service could not even be read): say so here, and back off
+            # like any failure instead of coming back at once (Powertools logs record failures at DEBUG only).
+            logger.warning("reconcile failed", extra={"service_key": delta.key, "error": repr(err), "attempt": attempt})
+            self.defer(record.message_id, retry_for(err, attempt).delay_seconds)
+            metrics.add_metric(name="ReconcileFailed", unit=MetricUnit.Count, value=1)
+            raise
         finally:
             calls = add_call_metrics(metrics, self.clients.counter, "ReconcileDuration", started)
         done = time.time()

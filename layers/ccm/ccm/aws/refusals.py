@@ -1,0 +1,80 @@
+"""What an AWS error means for a Service: the ONE table saying who can cure it.
+
+The rule (upstream's service controller retries every failed sync, 5 s doubling to 300 s): only what the Service
+author must change is "invalid" (a Warning, no retry until the Service changes); whatever a change on the AWS side
+can cure (a certificate issued or imported, a group or subnet created by the author's IaC, a subnet tagged, a
+quota raised) is retried with backoff and a Warning each time. An error not in the table is retried too: retrying
+is harmless, giving up on a transient error is not.
+
+AWS side (retried, Warning each time):
+- `CertificateNotFound`: the certificate may be imported or issued later (ACM).
+- `InvalidGroup.NotFound`, `InvalidSecurityGroup`: the group may be created later.
+- `InvalidSubnetID.NotFound`, `SubnetNotFound`: the subnet may be created later.
+- `InvalidAllocationID.NotFound`, `AllocationIdNotFound`: the Elastic IP may be allocated later.
+- `InvalidSubnet`: Classic ELB, the VPC has no internet gateway yet.
+- `TooMany*`, `*LimitExceeded`: a quota, raised by the account or freed by other deletions.
+- throttling, 5xx and every code not listed here.
+
+Author (invalid, no retry until the Service changes):
+- `ValidationError`, `InvalidParameterValue`, `InvalidParameterCombination`, `*.Malformed`: AWS refuses the value
+  itself, whatever it holds.
+- `InvalidConfigurationRequest`, `IncompatibleProtocols`, `UnsupportedProtocol`: a combination AWS never accepts
+  (e.g. two subnets of one zone).
+- `UnsupportedCertificate`, `SSLPolicyNotFound`, `PolicyTypeNotFound`: the certificate type or TLS policy named is
+  not one AWS offers here.
+- `AvailabilityZoneNotSupported`, `InvalidScheme`: the subnets or scheme named cannot carry this load balancer.
+
+References named by a Service are read before the first write (`ccm.aws.references`), so these answers normally
+arrive from those reads, not from a half-done creation.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Final
+
+from botocore.exceptions import ClientError
+
+from ccm.contracts import InvalidServiceConfig
+
+
+class Cure(Enum):
+    AUTHOR = "author"  # only a change of the Service cures it: invalid, no retry until it changes
+    AWS = "aws"  # a change in AWS may cure it: Warning and retry with backoff
+
+
+_AUTHOR: Final = frozenset(
+    {
+        "ValidationError",
+        "InvalidParameterValue",
+        "InvalidParameterCombination",
+        "InvalidConfigurationRequest",
+        "IncompatibleProtocols",
+        "UnsupportedProtocol",
+        "UnsupportedCertificate",
+        "SSLPolicyNotFound",
+        "PolicyTypeNotFound",
+        "AvailabilityZoneNotSupported",
+        "InvalidScheme",
+    }
+)
+
+
+def code_of(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def cure(code: str) -> Cure:
+    """Who can cure an AWS error code (see the module table; unknown codes: AWS side, i.e. retried)."""
+    if code in _AUTHOR or code.endswith(".Malformed"):
+        return Cure.AUTHOR
+    return Cure.AWS
+
+
+def as_refusal(err: ClientError) -> InvalidServiceConfig | None:
+    """The InvalidServiceConfig to report instead of `err` when only the Service author can cure it, else None."""
+    code = code_of(err)
+    if cure(code) is not Cure.AUTHOR:
+        return None
+    message = str(err.response.get("Error", {}).get("Message", "")) or str(err)
+    return InvalidServiceConfig(f"AWS refused the configuration ({code}): {message}")
