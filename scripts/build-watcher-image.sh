@@ -77,10 +77,14 @@ if [ -z "${FORCE:-}" ] && [ "$(buildah inspect --type image \
   exit 0
 fi
 
+previous=$(buildah inspect --type image --format '{{.FromImageID}}' "$TAG" 2>/dev/null || true)
 started=$SECONDS
 # docker format keeps HEALTHCHECK (OCI image configs have no such field).
 buildah build --format docker --layers=false "${build_args[@]}" \
   --label "serverless-ccm.source-digest=$digest" \
   -f watcher/Dockerfile --ignorefile watcher/Dockerfile.dockerignore -t "$TAG" . >&2
+current=$(buildah inspect --type image --format '{{.FromImageID}}' "$TAG")
+# The build moved the tag: drop the image it leaves untagged, so rebuilds do not fill the disk.
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then buildah rmi "$previous" >/dev/null 2>&1 || true; fi
 echo "$TAG built in $((SECONDS - started)) s, $(buildah images --format '{{.Size}}' "$TAG")" >&2
 echo "$TAG"
