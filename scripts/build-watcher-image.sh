@@ -27,16 +27,17 @@ for tool in buildah $([ "$BASE" = local ] && echo debootstrap); do
 done
 
 build_base() {
-  local ctr mnt started=$SECONDS
+  local ctr mnt log started=$SECONDS
   ctr=$(buildah from scratch)
-  # On any failure, leave no working container (and its mount) behind.
-  trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' RETURN
+  log=$(mktemp)
+  # Whatever happens, leave no working container (and its mount) behind.
+  trap 'buildah rm "$ctr" >/dev/null 2>&1 || true; rm -f "$log"' RETURN
   mnt=$(buildah mount "$ctr")
   # shellcheck disable=SC2086  # DEBIAN_MIRROR is optional: unset means debootstrap's default mirror
   debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
-    bookworm "$mnt" ${DEBIAN_MIRROR:-} >"${TMPDIR:-/tmp}/serverless-ccm-debootstrap.log" 2>&1 || {
-    echo "error: debootstrap failed, see ${TMPDIR:-/tmp}/serverless-ccm-debootstrap.log" >&2
-    tail -20 "${TMPDIR:-/tmp}/serverless-ccm-debootstrap.log" >&2
+    bookworm "$mnt" ${DEBIAN_MIRROR:-} >"$log" 2>&1 || {
+    echo "error: debootstrap failed:" >&2
+    tail -30 "$log" >&2
     return 1
   }
   # What an image never needs: the package archives and lists, documentation and translations.
@@ -44,7 +45,10 @@ build_base() {
   buildah umount "$ctr" >/dev/null
   buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
     --cmd '["python3"]' --label org.opencontainers.image.description="Debian bookworm minbase + python3" "$ctr"
+  local previous
+  previous=$(buildah inspect --type image --format '{{.FromImageID}}' "$LOCAL_BASE" 2>/dev/null || true)
   buildah commit -q "$ctr" "$LOCAL_BASE" >/dev/null
+  [ -z "$previous" ] || buildah rmi "$previous" >/dev/null 2>&1 || true  # in use by an image: kept
   echo "base $LOCAL_BASE built in $((SECONDS - started)) s" >&2
 }
 
