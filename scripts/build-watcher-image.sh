@@ -48,7 +48,7 @@ build_base() {
   local previous
   previous=$(buildah inspect --type image --format '{{.FromImageID}}' "$LOCAL_BASE" 2>/dev/null || true)
   buildah commit -q "$ctr" "$LOCAL_BASE" >/dev/null
-  [ -z "$previous" ] || buildah rmi "$previous" >/dev/null 2>&1 || true  # in use by an image: kept
+  [ -z "$previous" ] || buildah rmi "$previous" >/dev/null 2>&1 || true  # its layers stay while an image uses them
   echo "base $LOCAL_BASE built in $((SECONDS - started)) s" >&2
 }
 
