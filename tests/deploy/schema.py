@@ -16,6 +16,8 @@ KNOWN: dict[tuple[str, str], bool] = {
     ("v1", "Namespace"): False,
     ("v1", "ServiceAccount"): True,
     ("v1", "ConfigMap"): True,
+    ("v1", "Service"): True,
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): True,
     ("apps/v1", "Deployment"): True,
     ("policy/v1", "PodDisruptionBudget"): True,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): False,

@@ -1,5 +1,6 @@
-"""watcher/Dockerfile checked statically (no Docker engine here): multi-stage, pinned slim base, non-root numeric
-user, read-only-root friendly, only the needed files copied, and those files really are enough to start the watcher."""
+"""watcher/Dockerfile checked statically (tests/deploy/test_watcher_image.py builds and runs it): multi-stage, slim
+base pinned by digest, hash-pinned dependencies, non-root numeric user, read-only-root friendly, only the needed
+files copied, and those files really are enough to start the watcher."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib.metadata import distributions
 from pathlib import Path
 
 import pytest
@@ -61,15 +63,15 @@ def instructions() -> list[Instruction]:
     return parse(DOCKERFILE.read_text())
 
 
-def test_multi_stage_with_a_pinned_slim_base(instructions: list[Instruction]) -> None:
+def test_multi_stage_with_a_base_pinned_by_digest(instructions: list[Instruction]) -> None:
     froms = [args for word, args in instructions if word == "FROM"]
     assert len(froms) >= 2 and all(" AS " in f.upper() for f in froms)
     args = dict(a.split("=", 1) for w, a in instructions if w == "ARG" and "=" in a)
     images = [args.get(f.split()[0].strip("${}"), f.split()[0]) for f in froms]
     for image in images:
         assert "latest" not in image
-        # A full patch version on a slim variant; the digest is added at release (see the Dockerfile's header).
-        assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", image), image
+        # A full patch version on a slim variant, and the digest: a re-pushed tag cannot change what is built.
+        assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim(-\w+)?@sha256:[0-9a-f]{64}", image), image
     runtime = stages(instructions)[-1]
     assert any(w == "COPY" and "--from=build" in a for w, a in runtime)
     # Nothing is installed in the runtime stage: no compilers, package caches or pip there.
@@ -124,26 +126,40 @@ def test_only_what_the_watcher_imports_is_copied_and_the_context_is_filtered(
     )
 
 
+def pins(path: Path) -> dict[str, str]:
+    """name -> version of the `name==version` lines (continuations and comments skipped), names canonicalised."""
+    found = re.findall(r"^([A-Za-z0-9][A-Za-z0-9_.\[\]-]*)==([^\s;\\]+)", path.read_text(), re.M)
+    return {re.sub(r"[-_.]+", "-", name.split("[")[0]).lower(): version for name, version in found}
+
+
 def test_requirements_cover_the_imports_with_the_project_pins() -> None:
-    pins = dict(
-        line.split("==")
-        for line in (REPO / "watcher/requirements.txt").read_text().splitlines()
-        if "==" in line and not line.startswith("#")
-    )
-    project: dict[str, str] = {}
-    for name in ("requirements-dev.txt", "layers/ccm/requirements.txt"):
-        for line in (REPO / name).read_text().splitlines():
-            if "==" in line and not line.startswith("#"):
-                pkg, version = line.split("==")
-                project[pkg.split("[")[0]] = version
-    assert {k: project[k] for k in pins} == pins
+    direct = pins(REPO / "watcher/requirements.in")
+    project = pins(REPO / "requirements-dev.txt") | pins(REPO / "layers/ccm/requirements.txt")
+    assert direct and {k: project[k] for k in direct} == direct
     third_party = {
         m.split(".")[0]
         for path in [*(REPO / "watcher").glob("*.py"), REPO / "layers/ccm/ccm/messages.py"]
         for m in re.findall(r"^(?:from|import) (\w+)", path.read_text(), re.M)
         if m not in sys.stdlib_module_names and m not in ("watcher", "ccm", "__future__")
     }
-    assert {m.replace("_", "-") for m in third_party} <= set(pins), third_party
+    assert {m.replace("_", "-") for m in third_party} <= set(direct), third_party
+
+
+def test_the_image_installs_a_hash_pinned_lock_of_the_tested_versions(instructions: list[Instruction]) -> None:
+    """watcher/requirements.txt (scripts/lock_watcher_requirements.py) pins every package of the image with its
+    hashes, at the versions this test environment runs, and the Dockerfile refuses anything else."""
+    lock_text = (REPO / "watcher/requirements.txt").read_text()
+    lock = pins(REPO / "watcher/requirements.txt")
+    direct = pins(REPO / "watcher/requirements.in")
+    assert {k: lock.get(k) for k in direct} == direct, "run scripts/lock_watcher_requirements.py"
+    hashed = re.findall(r"^(\S+)==\S+(?: \\\n    --hash=sha256:[0-9a-f]{64})+$", lock_text, re.M)
+    assert len(hashed) == len(lock), f"entries without a hash: {set(lock) - set(hashed)}"
+    # The tested versions ship: what this environment has installed is what the lock pins (transitive ones too).
+    installed = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version for d in distributions()}
+    assert {k: installed.get(k) for k in lock} == lock
+    install = [a for w, a in stages(instructions)[0] if w == "RUN" and "pip install" in a]
+    assert len(install) == 1 and "--require-hashes" in install[0] and "/tmp/requirements.txt" in install[0]
+    assert "--only-binary=:all:" in install[0]
 
 
 def test_the_copied_files_alone_start_the_watcher(instructions: list[Instruction], tmp_path: Path) -> None:
