@@ -14,8 +14,9 @@ from cfnlint.api import ManualArgs, lint_file
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
+from ccm.aws.security_groups import DELETE_RETRY_SECONDS
 from ccm.messages import InvalidDelta, parse_delta
-from ccm.retry import MAX_RECEIVES
+from ccm.retry import FAILURE_BUDGET_SECONDS, MAX_RECEIVES, budget_seconds, wait_delay
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -141,6 +142,14 @@ def test_queues_are_fifo_encrypted_and_redriven(translated: dict[str, Any]) -> N
         assert props["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": [f"{name[:-5]}DLQ", "Arn"]}
         assert props["DeduplicationScope"] == "messageGroup"
         assert props["FifoThroughputLimit"] == "perMessageGroupId"
+
+
+def test_a_wait_on_aws_never_raises_the_queue_age_alarm(raw: dict[str, Any]) -> None:
+    """Waiting is not failing: the longest wait schedule (a held security group) fits below the alarm's default,
+    and a persistent failure reaches the DLQ (its own alarm) first."""
+    default = raw["Parameters"]["QueueAgeAlarmSeconds"]["Default"]
+    longest_wait = budget_seconds([wait_delay(n, DELETE_RETRY_SECONDS) for n in range(1, MAX_RECEIVES + 1)])
+    assert longest_wait < default and default > FAILURE_BUDGET_SECONDS
 
 
 def test_policies_are_least_privilege(translated: dict[str, Any]) -> None:

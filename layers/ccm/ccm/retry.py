@@ -13,10 +13,14 @@ to the DLQ after MAX_RECEIVES receives (template.yaml `maxReceiveCount`; a test 
   budget covers at least WAIT_BUDGET_SECONDS (25 minutes; AWS holds a deleted NLB's group for minutes). A wait that
   never ends still reaches the DLQ, after MAX_RECEIVES receives.
 
-Why not re-send a fresh message to reset the receive count: FIFO queues have no per-message DelaySeconds (the copy
-would be received at once and deferred again, costing a receive anyway), the copy would go behind newer deltas of
-the same object and need a new deduplication id, and a wait that never ends would never reach the DLQ. A FIFO
-message waiting out its visibility holds only its own group: other objects keep flowing.
+Why 10 receives rather than 5 with longer waits (60 s doubling would also pass 15 minutes): a wait usually ends
+within a few minutes, and every retry delay also holds back newer deltas of the same object (FIFO group); with
+10 receives the first retries stay short and no delay exceeds 300 s; the price is a poison message dead-lettered
+after about 25 minutes instead of 2.5. Why not re-send a fresh message to reset the receive count: FIFO queues
+have no per-message DelaySeconds (the copy would be received at once and deferred again, costing a receive anyway),
+the copy would go behind newer deltas of the same object and need a new deduplication id, and a wait that never
+ends would never reach the DLQ. A FIFO message waiting out its visibility holds only its own group: other objects
+keep flowing.
 
 A record not started, or cut short, because the invocation's time ran out (ccm.deadline) is neither: it comes back
 after RETURN_DELAY_SECONDS.
