@@ -111,6 +111,9 @@ class Informer:
             try:
                 if pending is not None:
                     self._relist(*pending)
+                    # Done: a watch failing from here on resumes from the list's resourceVersion, it does not
+                    # list again (only a 410 or an overflow asks for a new list).
+                    pending = None
                     self._backoff.reset()
                 if self._watch_once():
                     self._backoff.reset()

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from . import kinds, resources, tables
-from .errors import ApiError, bad_request, invalid_error
+from .errors import ApiError, bad_request, invalid_error, too_large_rv
 from .patch import MalformedPatch, PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import Resource
 from .selectors import make_filter, parse_field_selector, parse_label_selector
@@ -234,6 +234,9 @@ class Api:
             limit = int(req.query.get("limit") or 0)
         except ValueError as exc:
             raise bad_request("limit must be an integer") from exc
+        wanted_rv = req.query.get("resourceVersion") or ""
+        if wanted_rv.isdigit() and int(wanted_rv) > self.store.rv and not req.query.get("continue"):
+            raise too_large_rv(int(wanted_rv), self.store.rv)
         result = self.store.list(res, route.namespace, predicate, limit, req.query.get("continue"), filtered)
         items = [self._out(res, o) for o in result["items"]]
         if tables.wants_table(req.accept):

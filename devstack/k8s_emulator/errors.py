@@ -98,6 +98,20 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, message, "BadRequest")
 
 
+def too_large_rv(wanted: int, current: int) -> ApiError:
+    """apiserver storage.NewTooLargeResourceVersionError: a 504 Timeout with a ResourceVersionTooLarge cause."""
+    return ApiError(
+        504,
+        f"Timeout: Too large resource version: {wanted}, current: {current}",
+        "Timeout",
+        {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+        {"Retry-After": "1"},
+    )
+
+
 def gone(message: str, reason: str = "Expired") -> ApiError:
     # The real server uses reason "Expired" for too-old resourceVersions / continue tokens.
     return ApiError(410, message, reason)
