@@ -14,6 +14,7 @@ DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 
 
 def dns1123_label(value: str) -> str | None:
@@ -138,8 +139,17 @@ def validate_metadata(meta: dict[str, Any], name_check: str) -> list[FieldError]
             errs.append(invalid("metadata.annotations", annotations, "must be a map of string to string"))
         else:
             for key in annotations:
-                if (msg := qualified_name(key)) is not None:
+                if (msg := qualified_name(key.lower())) is not None:
                     errs.append(invalid("metadata.annotations", key, msg))
+            # apimachinery ValidateAnnotationsSize: keys + values, at most TotalAnnotationSizeLimitB (256 KiB).
+            if sum(len(k) + len(v) for k, v in annotations.items()) > TOTAL_ANNOTATION_SIZE_LIMIT:
+                errs.append(
+                    FieldError(
+                        "FieldValueTooLong",
+                        "metadata.annotations",
+                        f"Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes",
+                    )
+                )
     finalizers = meta.get("finalizers")
     if finalizers is not None:
         if not isinstance(finalizers, list):
