@@ -306,6 +306,25 @@ class Api:
                 f"{', '.join(PATCH_TYPES)}",
                 "UnsupportedMediaType",
             )
+        apply = ctype == "application/apply-patch+yaml"
+        if apply and not req.query.get("fieldManager"):
+            # ValidatePatchOptions: a 422 on the PatchOptions, before the body is looked at.
+            raise ApiError(
+                422,
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+                "Invalid",
+                {
+                    "group": "meta.k8s.io",
+                    "kind": "PatchOptions",
+                    "causes": [
+                        {
+                            "reason": "FieldValueRequired",
+                            "message": "Required value: is required for apply patch",
+                            "field": "fieldManager",
+                        }
+                    ],
+                },
+            )
         patch = decode_body(req)
 
         def build(current: Obj | None) -> Obj:
@@ -331,7 +350,6 @@ class Api:
                 raise invalid_error(res.kind, res.group, route.name or "", [])
             return kinds.to_storage(res, result)
 
-        apply = ctype == "application/apply-patch+yaml"
         obj, created = self.store.update(
             res,
             route.namespace,

@@ -24,6 +24,7 @@ from .validation import (
     dns1123_label,
     dns1123_subdomain,
     iana_svc_name,
+    is_cidr,
     is_ip,
     qualified_name,
     validate_conditions,
@@ -283,24 +284,37 @@ def _validate_spec(svc: Obj, old: Obj | None) -> list[FieldError]:
             )
         if spec.get("loadBalancerClass") is not None:
             errs.append(forbidden("spec.loadBalancerClass", "may only be used when service type is 'LoadBalancer'"))
-        if spec.get("loadBalancerSourceRanges"):
-            errs.append(forbidden("spec.loadBalancerSourceRanges", "may only be used when `type` is 'LoadBalancer'"))
     lbc = spec.get("loadBalancerClass")
     if lbc is not None and (not isinstance(lbc, str) or qualified_name(lbc) is not None):
         errs.append(invalid("spec.loadBalancerClass", lbc, "must be a qualified name"))
-    for i, cidr in enumerate(spec.get("loadBalancerSourceRanges") or []):
-        try:
-            ipaddress.ip_network(str(cidr).strip(), strict=False)
-        except ValueError:
-            errs.append(
-                invalid(
-                    f"spec.loadBalancerSourceRanges[{i}]",
-                    cidr,
-                    "must be a list of IP ranges. For example, 10.240.0.0/24,10.250.0.0/24 ",
-                )
-            )
+    errs += _validate_source_ranges(svc)
     errs += validate_labels(spec.get("selector"), "spec.selector")
     errs += _validate_ips(spec, old)
+    return errs
+
+
+SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
+_CIDRS_HINT = "must be a list of IP ranges. For example, 10.240.0.0/24,10.250.0.0/24 "
+
+
+def _validate_source_ranges(svc: Obj) -> list[FieldError]:
+    """ValidateService: spec.loadBalancerSourceRanges (else the annotation) must be CIDRs, and only on a
+    LoadBalancer. Field path and value rendering as the real server answers ("spec.LoadBalancerSourceRanges:
+    Invalid value: \"[10.0.0.1]\"", observed; the value is Go's %v of the list)."""
+    spec = _spec(svc)
+    ranges = spec.get("loadBalancerSourceRanges") or []
+    annotation = ((svc.get("metadata") or {}).get("annotations") or {}).get(SOURCE_RANGES_ANNOTATION, "")
+    if not ranges and not str(annotation).strip():
+        return []
+    errs: list[FieldError] = []
+    if spec.get("type") != "LoadBalancer":
+        errs.append(forbidden("spec.LoadBalancerSourceRanges", "may only be used when `type` is 'LoadBalancer'"))
+    if ranges:
+        if not isinstance(ranges, list) or not all(isinstance(r, str) and is_cidr(r.strip()) for r in ranges):
+            shown = "[" + " ".join(str(r) for r in ranges) + "]" if isinstance(ranges, list) else str(ranges)
+            errs.append(invalid("spec.LoadBalancerSourceRanges", shown, _CIDRS_HINT))
+    elif not all(is_cidr(part.strip()) for part in str(annotation).strip().split(",")):
+        errs.append(invalid(f"metadata.annotations[{SOURCE_RANGES_ANNOTATION}]", annotation, _CIDRS_HINT))
     return errs
 
 
@@ -378,10 +392,21 @@ def _allocate(svc: Obj, others: list[Obj], old: Obj | None) -> None:
                 )
         mine = {p["nodePort"] for p in _ports(spec) if p.get("nodePort")}
         if spec["type"] == "NodePort" or spec.get("allocateLoadBalancerNodePorts") is not False:
+            # On create, ports with the same number (TCP and UDP 53) share ONE nodePort, a requested one if any
+            # (registry/core/service/storage/alloc.go initNodePorts keys allocation by port number). Updates
+            # allocate per port (updateNodePorts).
+            by_number: dict[Any, int] = {}
+            if old is None:
+                for port in _ports(spec):
+                    if port.get("nodePort"):
+                        by_number.setdefault(port.get("port"), port["nodePort"])
             for port in _ports(spec):
                 if not port.get("nodePort"):
-                    port["nodePort"] = _allocate_port(used | mine)
+                    shared = by_number.get(port.get("port"))
+                    port["nodePort"] = shared or _allocate_port(used | mine)
                     mine.add(port["nodePort"])
+                    if old is None:
+                        by_number.setdefault(port.get("port"), port["nodePort"])
         used |= mine
     if _needs_hc_port(spec):
         hc = spec.get("healthCheckNodePort")

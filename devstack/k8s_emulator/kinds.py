@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import defaults
-from .errors import FieldError, invalid, invalid_error, required
+from .errors import FieldError, forbidden, invalid, invalid_error, required
 from .resources import Resource
 from .validation import dns1123_subdomain, qualified_name, validate_metadata
 
@@ -70,16 +70,16 @@ def _validate_event(res: Resource, event: Obj) -> list[FieldError]:
     involved = event.get("involvedObject") or {}
     is_v1 = res.group == "events.k8s.io"
     controller_field = "reportingController" if is_v1 else "reportingComponent"
+    # A null namespace decodes to "" in Go: accepted like an absent one (cluster-scoped objects such as Nodes).
+    involved_ns = involved.get("namespace") or ""
     if not event.get("eventTime"):
-        if involved.get("namespace", "") == "":
+        if involved_ns == "":
             if ns not in ("", "default"):
                 errs.append(invalid("involvedObject.namespace", "", "does not match event.namespace"))
-        elif involved.get("namespace") != ns:
-            errs.append(
-                invalid("involvedObject.namespace", involved.get("namespace"), "does not match event.namespace")
-            )
+        elif involved_ns != ns:
+            errs.append(invalid("involvedObject.namespace", involved_ns, "does not match event.namespace"))
     else:
-        if involved.get("namespace", "") == "" and ns not in ("default", "kube-system"):
+        if involved_ns == "" and ns not in ("default", "kube-system"):
             errs.append(invalid("involvedObject.namespace", "", "does not match event.namespace"))
         controller = event.get("reportingComponent")
         if not controller:
@@ -117,6 +117,19 @@ def _validate_event(res: Resource, event: Obj) -> list[FieldError]:
     return errs
 
 
+def _validate_node_update(node: Obj, old: Obj) -> list[FieldError]:
+    """ValidateNodeUpdate: providerID and podCIDRs may only go from unset to a value (the node IPAM and cloud
+    controllers rely on it)."""
+    errs: list[FieldError] = []
+    spec, old_spec = node.get("spec") or {}, old.get("spec") or {}
+    if old_spec.get("providerID") and old_spec.get("providerID") != spec.get("providerID"):
+        errs.append(forbidden("spec.providerID", 'node updates may not change providerID except from "" to valid'))
+    old_cidrs = old_spec.get("podCIDRs") or []
+    if old_cidrs and list(spec.get("podCIDRs") or []) != list(old_cidrs):
+        errs.append(forbidden("spec.podCIDRs", 'node updates may not change podCIDR except from "" to valid'))
+    return errs
+
+
 def _validate(res: Resource, obj: Obj, old: Obj | None) -> None:
     meta = obj.get("metadata") or {}
     errs = validate_metadata(meta, NAME_RULES.get(res.kind, "dns1123subdomain"))
@@ -132,6 +145,8 @@ def _validate(res: Resource, obj: Obj, old: Obj | None) -> None:
             )
     if res.kind == "Event" and old is None:
         errs += _validate_event(res, obj)
+    if res.kind == "Node" and old is not None:
+        errs += _validate_node_update(obj, old)
     if res.kind == "Lease":
         duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
         if duration is not None and (not isinstance(duration, int) or duration <= 0):
