@@ -373,7 +373,9 @@ class Api:
             res, route.namespace, route.name, opts.get("preconditions"), dry_run(req, opts)
         )
         if not removed:
-            return self._object_response(202, res, obj, req)
+            # Held by finalizers: 200 with the object (deletionTimestamp set); 202 only when the caller asked for
+            # orphanDependents=false (apiserver handlers/delete.go keeps that for old clients).
+            return self._object_response(202 if opts.get("orphanDependents") is False else 200, res, obj, req)
         if res.return_deleted_object:
             return self._object_response(200, res, obj, req)
         details: Obj = {"name": route.name, "kind": res.plural, "uid": obj["metadata"].get("uid")}

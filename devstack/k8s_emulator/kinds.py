@@ -164,17 +164,28 @@ def prepare_create(res: Resource, obj: Obj, siblings: Siblings) -> None:
     _validate(res, obj, None)
     if res.kind == "Service":
         defaults.prepare_create(obj, siblings())
+    omit_empty(res, obj)
 
 
 def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subresource: str | None) -> Obj:
     """Returns the object to store. ``new`` already carries the system metadata of ``old``."""
     if subresource == "status":
-        # Only status is taken from the request; everything else stays as stored.
-        result = copy.deepcopy(old)
-        result["status"] = copy.deepcopy(new.get("status") or {})
+        if res.kind in _STATUS_KEEPS_METADATA:
+            # serviceStatusStrategy / nodeStatusStrategy / namespaceStatusStrategy.PrepareForUpdate only put the old
+            # spec back: metadata changes sent to /status are kept (and validated like any metadata update).
+            result = {k: copy.deepcopy(v) for k, v in new.items() if k in ("metadata", "status", "apiVersion", "kind")}
+            result.update({k: copy.deepcopy(v) for k, v in old.items() if k not in result and k != "status"})
+            result["status"] = copy.deepcopy(new.get("status") or {})
+            if res.kind == "Namespace":
+                result["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = new["metadata"]["name"]
+            _validate(res, result, old)
+        else:
+            # Only status is taken from the request; everything else stays as stored.
+            result = copy.deepcopy(old)
+            result["status"] = copy.deepcopy(new.get("status") or {})
         if res.kind == "Service":
             defaults.validate_status(result)
-        return result
+        return omit_empty(res, result)
     if res.has_status:
         new["status"] = copy.deepcopy(old.get("status"))
         if new["status"] is None:
@@ -185,4 +196,45 @@ def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subres
     _validate(res, new, old)
     if res.kind == "Service":
         defaults.prepare_update(new, old, siblings())
-    return new
+    return omit_empty(res, new)
+
+
+# Kinds whose status strategy keeps metadata changes (the others, e.g. apps/v1, are not modelled that far).
+_STATUS_KEEPS_METADATA = frozenset({"Service", "Node", "Namespace"})
+# `omitempty` lists and maps of the Go types: an empty one is not stored or returned (`finalizers: []` reads back
+# as absent, as from the real server). Structs such as Service status.loadBalancer are never omitted.
+_OMIT_EMPTY: dict[str, tuple[tuple[str, ...], ...]] = {
+    "*": (
+        ("metadata", "finalizers"),
+        ("metadata", "labels"),
+        ("metadata", "annotations"),
+        ("metadata", "ownerReferences"),
+    ),
+    "Service": (
+        ("spec", "ports"),
+        ("spec", "selector"),
+        ("spec", "externalIPs"),
+        ("spec", "loadBalancerSourceRanges"),
+        ("status", "loadBalancer", "ingress"),
+        ("status", "conditions"),
+    ),
+    "Node": (
+        ("spec", "taints"),
+        ("spec", "podCIDRs"),
+        ("status", "conditions"),
+        ("status", "addresses"),
+        ("status", "images"),
+        ("status", "volumesAttached"),
+        ("status", "volumesInUse"),
+    ),
+}
+
+
+def omit_empty(res: Resource, obj: Obj) -> Obj:
+    for path in (*_OMIT_EMPTY["*"], *_OMIT_EMPTY.get(res.kind, ())):
+        parent: Any = obj
+        for part in path[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and path[-1] in parent and parent[path[-1]] in ([], {}, None):
+            del parent[path[-1]]
+    return obj
