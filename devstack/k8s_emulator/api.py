@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from . import kinds, resources, tables
+from . import kinds, protobuf, resources, tables
 from .errors import ApiError, bad_request, invalid_error, too_large_rv
 from .patch import MalformedPatch, PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import Resource
@@ -111,10 +111,25 @@ def dry_run(req: Request, options: Obj | None = None) -> bool:
     return bool(values)
 
 
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+BODY_TYPES = ("application/json", "application/yaml", f"{PROTOBUF} (Namespace, ConfigMap, ServiceAccount, Service)")
+
+
 def decode_body(req: Request) -> Any:
     if not req.body:
         return None
     ctype = req.content_type.split(";")[0].strip()
+    if ctype == PROTOBUF:
+        # kubectl sends protobuf for typed objects and does not retry with JSON on a 415: decode what it sends.
+        try:
+            return protobuf.decode(req.body)
+        except (protobuf.UndecodableBody, UnicodeDecodeError) as exc:
+            raise ApiError(
+                415,
+                f"{exc}; the body of the request was in an unknown format - accepted media types include: "
+                f"{', '.join(BODY_TYPES)}",
+                "UnsupportedMediaType",
+            ) from exc
     try:
         if ctype.endswith("yaml"):
             return yaml.safe_load(req.body)

@@ -101,9 +101,7 @@ def test_smp_list_order_is_upstream(live: list[str], patch: list[str], expected:
     out = strategic_merge_patch({"metadata": {"finalizers": live}}, {"metadata": {"finalizers": patch}}, "Service")
     assert out["metadata"]["finalizers"] == expected
     ports = {"spec": {"ports": [{"port": ord(x), "name": x} for x in live]}}
-    out = strategic_merge_patch(
-        ports, {"spec": {"ports": [{"port": ord(x), "name": x} for x in patch]}}, "Service"
-    )
+    out = strategic_merge_patch(ports, {"spec": {"ports": [{"port": ord(x), "name": x} for x in patch]}}, "Service")
     assert [p["name"] for p in out["spec"]["ports"]] == expected
 
 
