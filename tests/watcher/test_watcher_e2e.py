@@ -386,7 +386,7 @@ def test_a_delta_larger_than_an_sqs_message_is_trimmed_not_dropped(
     created = emulator.create(service("big", annotations={big_key: "x" * filler, **small}))
     uid = created["metadata"]["uid"]
     emulator.delete("services", "default", "big")
-    messages = receive_all(sqs, queues["Service"], expect=2)
+    messages = receive_all(sqs, queues["Service"], expect=2, timeout=60)  # 2 x 256 KiB through a busy host
     assert [len(m["Body"].encode()) <= 262_144 for m in messages] == [True, True]
     got = [parse_delta(m["Body"]) for m in messages]
     assert [(d.type, d.key, d.uid) for d in got] == [("ADDED", "default/big", uid), ("DELETED", "default/big", uid)]
