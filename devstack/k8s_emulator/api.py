@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from . import kinds, protobuf, resources, tables
-from .errors import ApiError, bad_request, invalid_error, too_large_rv
+from . import kinds, resources, tables
+from .bodies import decode_body
+from .errors import ApiError, bad_request, field_manager_required, invalid_error, too_large_rv
 from .patch import MalformedPatch, PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import Resource
 from .selectors import make_filter, parse_field_selector, parse_label_selector
@@ -109,33 +107,6 @@ def dry_run(req: Request, options: Obj | None = None) -> bool:
         if value != "All":
             raise bad_request(f"Invalid dry run value: {value}; supported values are: [All]")
     return bool(values)
-
-
-PROTOBUF = "application/vnd.kubernetes.protobuf"
-BODY_TYPES = ("application/json", "application/yaml", f"{PROTOBUF} (Namespace, ConfigMap, ServiceAccount, Service)")
-
-
-def decode_body(req: Request) -> Any:
-    if not req.body:
-        return None
-    ctype = req.content_type.split(";")[0].strip()
-    if ctype == PROTOBUF:
-        # kubectl sends protobuf for typed objects and does not retry with JSON on a 415: decode what it sends.
-        try:
-            return protobuf.decode(req.body)
-        except (protobuf.UndecodableBody, UnicodeDecodeError) as exc:
-            raise ApiError(
-                415,
-                f"{exc}; the body of the request was in an unknown format - accepted media types include: "
-                f"{', '.join(BODY_TYPES)}",
-                "UnsupportedMediaType",
-            ) from exc
-    try:
-        if ctype.endswith("yaml"):
-            return yaml.safe_load(req.body)
-        return json.loads(req.body)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise bad_request(f"error decoding request body: {exc}") from exc
 
 
 class Api:
@@ -323,23 +294,7 @@ class Api:
             )
         apply = ctype == "application/apply-patch+yaml"
         if apply and not req.query.get("fieldManager"):
-            # ValidatePatchOptions: a 422 on the PatchOptions, before the body is looked at.
-            raise ApiError(
-                422,
-                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
-                "Invalid",
-                {
-                    "group": "meta.k8s.io",
-                    "kind": "PatchOptions",
-                    "causes": [
-                        {
-                            "reason": "FieldValueRequired",
-                            "message": "Required value: is required for apply patch",
-                            "field": "fieldManager",
-                        }
-                    ],
-                },
-            )
+            raise field_manager_required()  # ValidatePatchOptions, before the body is looked at
         patch = decode_body(req)
 
         def build(current: Obj | None) -> Obj:

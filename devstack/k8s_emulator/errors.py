@@ -172,3 +172,23 @@ def invalid_error(kind: str, group: str, name: str, errors: list[FieldError]) ->
         details["group"] = group
     qualified = f"{kind}.{group}" if group else kind
     return ApiError(422, f'{qualified} "{name}" is invalid: {summary}', "Invalid", details)
+
+
+def field_manager_required() -> ApiError:
+    """ValidatePatchOptions: server-side apply without ?fieldManager= is a 422 on the PatchOptions."""
+    return ApiError(
+        422,
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+        "Invalid",
+        {
+            "group": "meta.k8s.io",
+            "kind": "PatchOptions",
+            "causes": [
+                {
+                    "reason": "FieldValueRequired",
+                    "message": "Required value: is required for apply patch",
+                    "field": "fieldManager",
+                }
+            ],
+        },
+    )
