@@ -1,4 +1,4 @@
-"""Make every delta fit in one SQS message, whatever the object carries.
+"""Make every Service delta fit in one SQS message, whatever the Service carries.
 
 A delta is a hint: the reconciler re-reads the live object, so what a message must carry is the key and uid (its
 group and deduplication id) plus the few fields a decision reads without the live object: `type` and `finalizers`
@@ -34,7 +34,11 @@ def _entry_size(key: str, value: Any) -> int:
 def fit(delta: Delta, limit: int = MAX_MESSAGE_BYTES) -> Delta:
     """The delta itself when its body fits in ``limit`` bytes, else a copy with a smaller ``object``."""
     size = body_size(delta)
-    if size <= limit:
+    if size <= limit or delta.kind != "Service":
+        # Node deltas are data, not hints: the nodes Lambda builds membership records from their labels, taints and
+        # providerID without re-reading the Node, so trimming them would store a wrong record. A Node needs about
+        # 700 maximal labels to get here; the sender then rejects it (logged, counted) and the periodic node passes
+        # repair what it carried.
         return delta
     obj = dict(delta.object)
     annotations = dict(obj.get("annotations") or {})

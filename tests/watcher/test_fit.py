@@ -42,3 +42,11 @@ def test_when_annotations_are_not_enough_only_the_decision_fields_stay() -> None
         "deletionTimestamp": "2026-01-01T00:00:00Z",
         "trimmedToFit": ["annotations", "loadBalancerSourceRanges", "ports"],
     }
+
+
+def test_node_deltas_are_never_trimmed() -> None:
+    # The membership table is built from a Node delta's labels: a trimmed one would store a wrong record.
+    node = {"metadata": {"name": "n1", "uid": "u", "resourceVersion": "1", "labels": {}}, "spec": {}, "status": {}}
+    node["metadata"]["labels"] = {f"example.com/l{i}": "v" * 63 for i in range(5000)}
+    delta = delta_for("Node", "MODIFIED", node, 1.0)
+    assert body_size(delta) > MAX_MESSAGE_BYTES and fit(delta) is delta
