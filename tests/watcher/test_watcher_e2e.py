@@ -396,3 +396,19 @@ def test_a_delta_larger_than_an_sqs_message_is_trimmed_not_dropped(
         assert delta.object["trimmedToFit"] == ["annotations"]
     assert metric(watcher, "watcher_deltas_trimmed_total", kind="Service") == 2
     assert metric(watcher, "watcher_deltas_dropped_total", kind="Service", reason="rejected") == 0
+
+
+def test_a_server_behind_the_watchers_resource_version_is_relisted_not_retried_forever(
+    emulator: Emulator, make_watcher: MakeWatcher, sqs: Any, queues: dict[str, str]
+) -> None:
+    # An API server whose etcd was restored from an older backup answers a watch from a newer resourceVersion with
+    # 504 "Too large resource version" (ResourceVersionTooLarge). Resuming can never work: client-go relists.
+    emulator.create(service("a"))
+    watcher = make_watcher()
+    assert summary(deltas(sqs, queues["Service"], expect=1)) == [("SYNC", "default/a")]
+    with emulator.store.lock:
+        emulator.store.rv = 1  # the restored store is behind every resourceVersion the watcher has seen
+    emulator.drop_watches()
+    wait_until(lambda: metric(watcher, "watcher_relists_total", kind="Service", reason="too_large_rv") >= 1, 30)
+    emulator.create(service("b"))
+    assert ("ADDED", "default/b") in summary(deltas(sqs, queues["Service"], expect=1))
