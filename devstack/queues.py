@@ -41,6 +41,7 @@ LAMBDA_RECORD_ATTRIBUTES = (
     "ApproximateFirstReceiveTimestamp",
 )
 _POLL_STEP_SECONDS = 0.05
+SQS_DEFAULT_MAXIMUM_MESSAGE_SIZE = 262_144
 _hardened = False
 
 
@@ -143,9 +144,30 @@ class _NoReleaseSet(set[Any]):
         pass
 
 
+def faithful_moto_sqs_message_size() -> None:
+    """moto 5.2 creates queues with MaximumMessageSize 1 MiB; SQS's default is 262,144 bytes (CreateQueue API
+    reference: "MaximumMessageSize ... Default: 262,144 (256 KiB)"; 1 MiB only when the attribute is raised), so a
+    delta over 256 KiB that moto took is refused by a real queue with "Message must be shorter than 262144 bytes".
+    Patches moto's server-side Queue model, never boto3. Idempotent."""
+    from moto.sqs.models import Queue
+
+    if getattr(Queue, "_ccm_default_size", False):
+        return
+    original_init = Queue.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self: Queue, name: str, region: str, account_id: str, **kwargs: Any) -> None:
+        kwargs.setdefault("MaximumMessageSize", SQS_DEFAULT_MAXIMUM_MESSAGE_SIZE)
+        original_init(self, name, region, account_id, **kwargs)
+
+    Queue.__init__ = __init__  # type: ignore[method-assign]
+    Queue._ccm_default_size = True  # type: ignore[attr-defined]
+
+
 def harden_moto_sqs() -> None:
     """Patch moto's SQS models in this process (idempotent); see the module docstring for why."""
     global _hardened
+    faithful_moto_sqs_message_size()
     if _hardened:
         return
     from moto.sqs.models import Queue, SQSBackend

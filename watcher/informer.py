@@ -111,6 +111,9 @@ class Informer:
             try:
                 if pending is not None:
                     self._relist(*pending)
+                    # Done: a watch failing from here on resumes from the list's resourceVersion, it does not
+                    # list again (only a 410 or an overflow asks for a new list).
+                    pending = None
                     self._backoff.reset()
                 if self._watch_once():
                     self._backoff.reset()
@@ -120,6 +123,13 @@ class Informer:
                     log.info("resourceVersion too old (410 Gone); relisting", extra={"kind": self.kind})
                     self._requeue_relist(pending, "gone")
                     continue  # relisting right away is the cure, not a retry of the failed call
+                if _too_large_resource_version(err):
+                    # The server is behind our resourceVersion (etcd restored from a backup, a lagging replica):
+                    # resuming from it can never work, so relist from the server's current state, as client-go's
+                    # reflector does (isTooLargeResourceVersionError -> relist with resourceVersion "").
+                    log.warning("resourceVersion ahead of the server; relisting", extra={"kind": self.kind})
+                    self._requeue_relist(pending, "too_large_rv")
+                    continue
                 self._requeue_relist(pending, None)
                 log.warning(
                     "list/watch failed", extra={"kind": self.kind, "status": err.status, "error": str(err.reason)}
@@ -277,3 +287,14 @@ class Informer:
             if not self._put(delta, wait=True):
                 break
         return len(deltas)
+
+
+def _too_large_resource_version(err: ApiException) -> bool:
+    """A 504 with the ResourceVersionTooLarge cause (storage.NewTooLargeResourceVersionError)."""
+    if err.status != 504 or not err.body:
+        return False
+    try:
+        causes = (json.loads(err.body).get("details") or {}).get("causes") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(isinstance(c, dict) and c.get("reason") == "ResourceVersionTooLarge" for c in causes)

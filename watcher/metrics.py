@@ -27,6 +27,12 @@ class Metrics:
             ["kind", "reason"],
             registry=r,
         )
+        self.deltas_trimmed = Counter(
+            "watcher_deltas_trimmed_total",
+            "Deltas sent with a smaller object because the whole one was larger than an SQS message",
+            ["kind"],
+            registry=r,
+        )
         self.dropped_irrelevant = Counter(
             "watcher_dropped_irrelevant_total",
             "Observed changes not forwarded because nothing a reconciler cares about changed",

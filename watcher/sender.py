@@ -24,6 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ccm.messages import Delta, heartbeat_for
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
+from watcher.fit import MAX_MESSAGE_BYTES, body_size, fit
 from watcher.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -125,11 +126,18 @@ class Sender:
         rejected: list[Delta] = []
         later: list[Delta] = []
         size = 0
-        for idx, delta in enumerate(batch):
+        for idx, original in enumerate(batch):
+            delta = fit(original)
+            if delta is not original:
+                self._metrics.deltas_trimmed.labels(kind=kind).inc()
+                log.warning(
+                    "delta too large for one SQS message; sent trimmed (the reconciler re-reads the object)",
+                    extra={"kind": kind, "key": delta.key, "type": delta.type, "bytes": body_size(original)},
+                )
             body = delta.to_body()
             length = len(body.encode())
-            if length > MAX_BATCH_BYTES:
-                rejected.append(delta)
+            if length > MAX_MESSAGE_BYTES:
+                rejected.append(delta)  # cannot happen with fit(); kept so a bug cannot wedge the batch
                 continue
             if size + length > MAX_BATCH_BYTES:
                 later = batch[idx:]  # next round; keeps their relative order

@@ -23,7 +23,14 @@ def main(argv: list[str] | None = None) -> None:
         help="static bearer token (repeatable); default admin-token=admin",
     )
     parser.add_argument("--tls", action="store_true", help="serve HTTPS with a self-signed certificate")
-    parser.add_argument("--bookmark-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--bookmark-interval", type=float, default=60.0, help="seconds between bookmarks (the real server: 60)"
+    )
+    parser.add_argument(
+        "--expired-watch-http-410",
+        action="store_true",
+        help="answer a watch from a too-old resourceVersion with HTTP 410 instead of 200 + an in-stream ERROR 410",
+    )
     args = parser.parse_args(argv)
     tokens = dict(t.split("=", 1) for t in args.token) if args.token else None
     emu = Emulator(
@@ -33,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
         tokens=tokens,
         bookmark_interval=args.bookmark_interval,
         tls=args.tls,
+        expired_watch_in_stream=not args.expired_watch_http_410,
     ).start()
     if args.kubeconfig:
         emu.write_kubeconfig(args.kubeconfig, token=next(iter(emu.tokens), None))

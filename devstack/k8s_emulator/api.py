@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from . import kinds, resources, tables
-from .errors import ApiError, bad_request, invalid_error
+from .bodies import decode_body
+from .errors import ApiError, bad_request, field_manager_required, invalid_error, too_large_rv
 from .patch import MalformedPatch, PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import Resource
 from .selectors import make_filter, parse_field_selector, parse_label_selector
@@ -109,18 +107,6 @@ def dry_run(req: Request, options: Obj | None = None) -> bool:
         if value != "All":
             raise bad_request(f"Invalid dry run value: {value}; supported values are: [All]")
     return bool(values)
-
-
-def decode_body(req: Request) -> Any:
-    if not req.body:
-        return None
-    ctype = req.content_type.split(";")[0].strip()
-    try:
-        if ctype.endswith("yaml"):
-            return yaml.safe_load(req.body)
-        return json.loads(req.body)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise bad_request(f"error decoding request body: {exc}") from exc
 
 
 class Api:
@@ -234,6 +220,9 @@ class Api:
             limit = int(req.query.get("limit") or 0)
         except ValueError as exc:
             raise bad_request("limit must be an integer") from exc
+        wanted_rv = req.query.get("resourceVersion") or ""
+        if wanted_rv.isdigit() and int(wanted_rv) > self.store.rv and not req.query.get("continue"):
+            raise too_large_rv(int(wanted_rv), self.store.rv)
         result = self.store.list(res, route.namespace, predicate, limit, req.query.get("continue"), filtered)
         items = [self._out(res, o) for o in result["items"]]
         if tables.wants_table(req.accept):
@@ -303,6 +292,9 @@ class Api:
                 f"{', '.join(PATCH_TYPES)}",
                 "UnsupportedMediaType",
             )
+        apply = ctype == "application/apply-patch+yaml"
+        if apply and not req.query.get("fieldManager"):
+            raise field_manager_required()  # ValidatePatchOptions, before the body is looked at
         patch = decode_body(req)
 
         def build(current: Obj | None) -> Obj:
@@ -328,7 +320,6 @@ class Api:
                 raise invalid_error(res.kind, res.group, route.name or "", [])
             return kinds.to_storage(res, result)
 
-        apply = ctype == "application/apply-patch+yaml"
         obj, created = self.store.update(
             res,
             route.namespace,
@@ -352,7 +343,9 @@ class Api:
             res, route.namespace, route.name, opts.get("preconditions"), dry_run(req, opts)
         )
         if not removed:
-            return self._object_response(202, res, obj, req)
+            # Held by finalizers: 200 with the object (deletionTimestamp set); 202 only when the caller asked for
+            # orphanDependents=false (apiserver handlers/delete.go keeps that for old clients).
+            return self._object_response(202 if opts.get("orphanDependents") is False else 200, res, obj, req)
         if res.return_deleted_object:
             return self._object_response(200, res, obj, req)
         details: Obj = {"name": route.name, "kind": res.plural, "uid": obj["metadata"].get("uid")}

@@ -38,8 +38,9 @@ class Emulator:
         require_token: bool = False,
         tokens: dict[str, str] | None = None,
         token_validator: Callable[[str], str | None] | None = None,
-        bookmark_interval: float = 1.0,
+        bookmark_interval: float = 60.0,
         tls: bool = False,
+        expired_watch_in_stream: bool = True,
     ) -> None:
         self.host = host
         self.port = port
@@ -52,6 +53,7 @@ class Emulator:
         self.faults = Faults()
         self.request_log = RequestLog()
         self.store = Store()
+        self.store.expired_watch_in_stream = expired_watch_in_stream
         self.rbac: Rbac | None = None  # RBAC enforcement is off until enable_rbac()
         self.stopping = False
         self._httpd: EmulatorHTTPServer | None = None
@@ -140,12 +142,15 @@ class Emulator:
     def clear_log(self) -> None:
         self.request_log.reset()
 
-    def drop_watches(self) -> int:
-        """Ends every open watch stream cleanly; returns how many were open."""
-        return self.store.close_watchers()
+    def drop_watches(self, clean: bool = False) -> int:
+        """Ends every open watch stream; returns how many were open. By default abruptly (no terminal chunk), as
+        an API server that dies or a load balancer that cuts the connection does; ``clean`` ends them like a
+        server-side timeout."""
+        return self.store.close_watchers(abort=not clean)
 
     def compact(self) -> None:
-        """Forgets history; open watches get an in-stream 410 ERROR, older RVs get HTTP 410."""
+        """Forgets history; open watches get an in-stream 410 ERROR. A watch from an older RV then gets HTTP 200
+        and an in-stream ERROR 410 (the watch cache), or HTTP 410 with ``expired_watch_in_stream=False``."""
         self.store.compact()
 
     # ------------------------------------------------------------------ direct store access

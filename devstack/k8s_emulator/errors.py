@@ -98,6 +98,20 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, message, "BadRequest")
 
 
+def too_large_rv(wanted: int, current: int) -> ApiError:
+    """apiserver storage.NewTooLargeResourceVersionError: a 504 Timeout with a ResourceVersionTooLarge cause."""
+    return ApiError(
+        504,
+        f"Timeout: Too large resource version: {wanted}, current: {current}",
+        "Timeout",
+        {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+        {"Retry-After": "1"},
+    )
+
+
 def gone(message: str, reason: str = "Expired") -> ApiError:
     # The real server uses reason "Expired" for too-old resourceVersions / continue tokens.
     return ApiError(410, message, reason)
@@ -158,3 +172,23 @@ def invalid_error(kind: str, group: str, name: str, errors: list[FieldError]) ->
         details["group"] = group
     qualified = f"{kind}.{group}" if group else kind
     return ApiError(422, f'{qualified} "{name}" is invalid: {summary}', "Invalid", details)
+
+
+def field_manager_required() -> ApiError:
+    """ValidatePatchOptions: server-side apply without ?fieldManager= is a 422 on the PatchOptions."""
+    return ApiError(
+        422,
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+        "Invalid",
+        {
+            "group": "meta.k8s.io",
+            "kind": "PatchOptions",
+            "causes": [
+                {
+                    "reason": "FieldValueRequired",
+                    "message": "Required value: is required for apply patch",
+                    "field": "fieldManager",
+                }
+            ],
+        },
+    )

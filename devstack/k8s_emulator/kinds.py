@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import defaults
-from .errors import FieldError, invalid, invalid_error, required
+from .errors import FieldError, forbidden, invalid, invalid_error, required
 from .resources import Resource
 from .validation import dns1123_subdomain, qualified_name, validate_metadata
 
@@ -70,16 +70,16 @@ def _validate_event(res: Resource, event: Obj) -> list[FieldError]:
     involved = event.get("involvedObject") or {}
     is_v1 = res.group == "events.k8s.io"
     controller_field = "reportingController" if is_v1 else "reportingComponent"
+    # A null namespace decodes to "" in Go: accepted like an absent one (cluster-scoped objects such as Nodes).
+    involved_ns = involved.get("namespace") or ""
     if not event.get("eventTime"):
-        if involved.get("namespace", "") == "":
+        if involved_ns == "":
             if ns not in ("", "default"):
                 errs.append(invalid("involvedObject.namespace", "", "does not match event.namespace"))
-        elif involved.get("namespace") != ns:
-            errs.append(
-                invalid("involvedObject.namespace", involved.get("namespace"), "does not match event.namespace")
-            )
+        elif involved_ns != ns:
+            errs.append(invalid("involvedObject.namespace", involved_ns, "does not match event.namespace"))
     else:
-        if involved.get("namespace", "") == "" and ns not in ("default", "kube-system"):
+        if involved_ns == "" and ns not in ("default", "kube-system"):
             errs.append(invalid("involvedObject.namespace", "", "does not match event.namespace"))
         controller = event.get("reportingComponent")
         if not controller:
@@ -117,6 +117,19 @@ def _validate_event(res: Resource, event: Obj) -> list[FieldError]:
     return errs
 
 
+def _validate_node_update(node: Obj, old: Obj) -> list[FieldError]:
+    """ValidateNodeUpdate: providerID and podCIDRs may only go from unset to a value (the node IPAM and cloud
+    controllers rely on it)."""
+    errs: list[FieldError] = []
+    spec, old_spec = node.get("spec") or {}, old.get("spec") or {}
+    if old_spec.get("providerID") and old_spec.get("providerID") != spec.get("providerID"):
+        errs.append(forbidden("spec.providerID", 'node updates may not change providerID except from "" to valid'))
+    old_cidrs = old_spec.get("podCIDRs") or []
+    if old_cidrs and list(spec.get("podCIDRs") or []) != list(old_cidrs):
+        errs.append(forbidden("spec.podCIDRs", 'node updates may not change podCIDR except from "" to valid'))
+    return errs
+
+
 def _validate(res: Resource, obj: Obj, old: Obj | None) -> None:
     meta = obj.get("metadata") or {}
     errs = validate_metadata(meta, NAME_RULES.get(res.kind, "dns1123subdomain"))
@@ -132,6 +145,8 @@ def _validate(res: Resource, obj: Obj, old: Obj | None) -> None:
             )
     if res.kind == "Event" and old is None:
         errs += _validate_event(res, obj)
+    if res.kind == "Node" and old is not None:
+        errs += _validate_node_update(obj, old)
     if res.kind == "Lease":
         duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
         if duration is not None and (not isinstance(duration, int) or duration <= 0):
@@ -149,17 +164,28 @@ def prepare_create(res: Resource, obj: Obj, siblings: Siblings) -> None:
     _validate(res, obj, None)
     if res.kind == "Service":
         defaults.prepare_create(obj, siblings())
+    omit_empty(res, obj)
 
 
 def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subresource: str | None) -> Obj:
     """Returns the object to store. ``new`` already carries the system metadata of ``old``."""
     if subresource == "status":
-        # Only status is taken from the request; everything else stays as stored.
-        result = copy.deepcopy(old)
-        result["status"] = copy.deepcopy(new.get("status") or {})
+        if res.kind in _STATUS_KEEPS_METADATA:
+            # serviceStatusStrategy / nodeStatusStrategy / namespaceStatusStrategy.PrepareForUpdate only put the old
+            # spec back: metadata changes sent to /status are kept (and validated like any metadata update).
+            result = {k: copy.deepcopy(v) for k, v in new.items() if k in ("metadata", "status", "apiVersion", "kind")}
+            result.update({k: copy.deepcopy(v) for k, v in old.items() if k not in result and k != "status"})
+            result["status"] = copy.deepcopy(new.get("status") or {})
+            if res.kind == "Namespace":
+                result["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = new["metadata"]["name"]
+            _validate(res, result, old)
+        else:
+            # Only status is taken from the request; everything else stays as stored.
+            result = copy.deepcopy(old)
+            result["status"] = copy.deepcopy(new.get("status") or {})
         if res.kind == "Service":
             defaults.validate_status(result)
-        return result
+        return omit_empty(res, result)
     if res.has_status:
         new["status"] = copy.deepcopy(old.get("status"))
         if new["status"] is None:
@@ -170,4 +196,45 @@ def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subres
     _validate(res, new, old)
     if res.kind == "Service":
         defaults.prepare_update(new, old, siblings())
-    return new
+    return omit_empty(res, new)
+
+
+# Kinds whose status strategy keeps metadata changes (the others, e.g. apps/v1, are not modelled that far).
+_STATUS_KEEPS_METADATA = frozenset({"Service", "Node", "Namespace"})
+# `omitempty` lists and maps of the Go types: an empty one is not stored or returned (`finalizers: []` reads back
+# as absent, as from the real server). Structs such as Service status.loadBalancer are never omitted.
+_OMIT_EMPTY: dict[str, tuple[tuple[str, ...], ...]] = {
+    "*": (
+        ("metadata", "finalizers"),
+        ("metadata", "labels"),
+        ("metadata", "annotations"),
+        ("metadata", "ownerReferences"),
+    ),
+    "Service": (
+        ("spec", "ports"),
+        ("spec", "selector"),
+        ("spec", "externalIPs"),
+        ("spec", "loadBalancerSourceRanges"),
+        ("status", "loadBalancer", "ingress"),
+        ("status", "conditions"),
+    ),
+    "Node": (
+        ("spec", "taints"),
+        ("spec", "podCIDRs"),
+        ("status", "conditions"),
+        ("status", "addresses"),
+        ("status", "images"),
+        ("status", "volumesAttached"),
+        ("status", "volumesInUse"),
+    ),
+}
+
+
+def omit_empty(res: Resource, obj: Obj) -> Obj:
+    for path in (*_OMIT_EMPTY["*"], *_OMIT_EMPTY.get(res.kind, ())):
+        parent: Any = obj
+        for part in path[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and path[-1] in parent and parent[path[-1]] in ([], {}, None):
+            del parent[path[-1]]
+    return obj

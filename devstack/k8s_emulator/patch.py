@@ -220,13 +220,58 @@ def _merge_map(
             else:
                 result[key] = _merge_map({}, value, sub, keys)
         elif isinstance(value, list):
-            result[key] = _merge_list(result.get(key), value, sub, keys)
+            merged = _merge_list(result.get(key), value, sub, keys)
+            if _is_merged(result.get(key), value, keys.get(sub)):
+                merged = _normalize_order(merged, orders.get(key, value), result[key], keys[sub])
+            result[key] = merged
         else:
             result[key] = copy.deepcopy(value)
     for name, order in orders.items():
-        if isinstance(result.get(name), list):
-            result[name] = _apply_order(result[name], order, keys.get((*path, name)))
+        merge_key = keys.get((*path, name))
+        if name not in patch and merge_key is not None and isinstance(result.get(name), list):
+            result[name] = _normalize_order(result[name], order, result[name], merge_key)
     return result
+
+
+def _is_merged(orig: Any, patch: list[Any], merge_key: str | None) -> bool:
+    """The list was merged item by item (not replaced): the only case upstream re-orders."""
+    replace = any(isinstance(i, dict) and i.get("$patch") == "replace" and len(i) == 1 for i in patch)
+    return merge_key is not None and not replace and isinstance(orig, list)
+
+
+def _normalize_order(merged: list[Any], patch_order: list[Any], server_order: list[Any], merge_key: str) -> list[Any]:
+    """apimachinery strategicpatch normalizeElementOrder + mergeSortedSlice: the patch's items in patch (or
+    $setElementOrder) order, the server-only items in server order, interleaved by server order; an item the
+    server did not have goes before the server-only item it meets (so a new item is not simply appended)."""
+
+    def ident(item: Any) -> str:
+        return json_key(item.get(merge_key) if merge_key and isinstance(item, dict) else item)
+
+    wanted = [o for o in patch_order if not (isinstance(o, dict) and o.get("$patch") in ("delete", "replace"))]
+    patch_rank = {ident(o): n for n, o in reversed(list(enumerate(wanted)))}
+    server_rank = {ident(o): n for n, o in reversed(list(enumerate(server_order)))}
+    patch_items = sorted((m for m in merged if ident(m) in patch_rank), key=lambda m: patch_rank[ident(m)])
+    server_only = sorted(
+        (m for m in merged if ident(m) not in patch_rank), key=lambda m: server_rank.get(ident(m), len(server_rank))
+    )
+    out: list[Any] = []
+    i = j = 0
+    while i < len(server_only) or j < len(patch_items):
+        if j >= len(patch_items):
+            out.append(server_only[i])
+            i += 1
+        elif i >= len(server_only):
+            out.append(patch_items[j])
+            j += 1
+        else:
+            left, right = server_rank.get(ident(server_only[i])), server_rank.get(ident(patch_items[j]))
+            if left is not None and right is not None and left < right:
+                out.append(server_only[i])
+                i += 1
+            else:
+                out.append(patch_items[j])
+                j += 1
+    return out
 
 
 def _merge_list(orig: Any, patch: list[Any], path: tuple[str, ...], keys: dict[tuple[str, ...], str]) -> list[Any]:
@@ -256,17 +301,6 @@ def _merge_list(orig: Any, patch: list[Any], path: tuple[str, ...], keys: dict[t
         else:
             result[idx] = _merge_map(result[idx], item, path, keys)
     return result
-
-
-def _apply_order(items: list[Any], order: list[Any], merge_key: str | None) -> list[Any]:
-    def ident(item: Any) -> Any:
-        if merge_key and isinstance(item, dict):
-            return item.get(merge_key)
-        return item if not isinstance(item, dict) else None
-
-    wanted = [(merge_key and isinstance(o, dict) and o.get(merge_key)) or o for o in order]
-    ranked = {json_key(w): n for n, w in enumerate(wanted)}
-    return sorted(items, key=lambda i: ranked.get(json_key(ident(i)), len(ranked)))
 
 
 def json_key(value: Any) -> str:

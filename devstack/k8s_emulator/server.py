@@ -239,7 +239,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache, private")
             self.end_headers()
             deadline = time.monotonic() + ws.timeout if ws.timeout else None
-            next_bookmark = time.monotonic() + emu.bookmark_interval if ws.bookmarks else None
+            next_bookmark = _next_bookmark(time.monotonic(), deadline, emu.bookmark_interval) if ws.bookmarks else None
             first = True
             while True:
                 now = time.monotonic()
@@ -247,7 +247,7 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 if next_bookmark is not None and now >= next_bookmark:
                     emu.store.request_bookmark(ws.watcher)
-                    next_bookmark = now + emu.bookmark_interval
+                    next_bookmark = _next_bookmark(now, deadline, emu.bookmark_interval)
                 waits = [0.25] + [t - now for t in (deadline, next_bookmark) if t is not None]
                 try:
                     item = ws.watcher.queue.get(timeout=max(0.0, min(waits)))
@@ -257,6 +257,14 @@ class Handler(BaseHTTPRequestHandler):
                     continue
                 if item is None:
                     break
+                if item[0] == "ABORT":
+                    # A dying server: no terminal chunk, the connection just goes away.
+                    emu.request_log.update_entry(entry, bytes=sent)
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.wfile.flush()
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 data = self._event_bytes(ws, item[0], item[1], first)
                 first = first and item[0] not in ("ADDED", "MODIFIED", "DELETED")
                 self._write_chunk(data)
@@ -288,7 +296,7 @@ class Handler(BaseHTTPRequestHandler):
             ),
             ("DELETE", "/_emulator/faults"): emu.faults.clear,
             ("POST", "/_emulator/latency"): lambda: emu.faults.latency(args.get("ms", 0)),
-            ("POST", "/_emulator/drop-watches"): lambda: {"dropped": emu.drop_watches()},
+            ("POST", "/_emulator/drop-watches"): lambda: {"dropped": emu.drop_watches(bool(args.get("clean")))},
             ("POST", "/_emulator/compact"): emu.compact,
             ("GET", "/_emulator/requests"): emu.request_log.snapshot,
             ("DELETE", "/_emulator/requests"): emu.clear_log,
@@ -299,6 +307,18 @@ class Handler(BaseHTTPRequestHandler):
             return
         result = handler()
         self._send(Response(200, result if result is not None else {"ok": True}))
+
+
+def _next_bookmark(now: float, deadline: float | None, interval: float) -> float | None:
+    """When the watch cache sends the next bookmark (apiserver storage/cacher cacheWatcher.nextBookmarkTime): every
+    ``interval`` (bookmarkFrequency, one minute), and 2 s before the watch's deadline when that comes first; none
+    once that moment has passed."""
+    at = now + interval
+    if deadline is not None and deadline < at:
+        at = deadline - 2.0
+        if at <= now:
+            return None
+    return at
 
 
 def _injected(code: int) -> ApiError:

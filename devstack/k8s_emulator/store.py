@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import kinds
-from .errors import ApiError, already_exists, bad_request, conflict, gone, not_found, status_body
+from .errors import ApiError, already_exists, bad_request, conflict, gone, not_found, status_body, too_large_rv
 from .resources import RESOURCES, Resource, by_plural
 from .watch import Event, Watcher
 
@@ -46,6 +46,8 @@ class Store:
         self.compacted_rv = 0  # watches from an RV below this get 410 Gone
         self.max_history = max_history
         self.watchers: set[Watcher] = set()
+        # Too-old RV at watch start: True = HTTP 200 + in-stream ERROR 410 (watch cache), False = HTTP 410.
+        self.expired_watch_in_stream = True
 
     # ------------------------------------------------------------------ helpers
 
@@ -395,8 +397,18 @@ class Store:
                 if not str(resource_version).isdigit():
                     raise bad_request(f"invalid resource version {resource_version!r}")
                 start = int(str(resource_version))
+                if start > self.rv:
+                    # The watch cache waits up to 3 s for a future RV, then answers 504 "Too large resource
+                    # version" (apiserver storage/cacher, waitUntilFreshAndBlock); not waiting here.
+                    raise too_large_rv(start, self.rv)
                 if start < self.compacted_rv:
-                    raise gone(f"too old resource version: {start} ({self.compacted_rv})")
+                    message = f"too old resource version: {start} ({self.compacted_rv})"
+                    if not self.expired_watch_in_stream:
+                        raise gone(message)
+                    # The watch cache answers 200 and sends the 410 as the stream's only event (cacher.Watch ->
+                    # newErrWatcher); etcd-backed watches and some proxies answer HTTP 410 instead.
+                    w.close(status_body(410, message, "Expired"))
+                    return w
                 for ev in self.history:
                     if ev.rv > start:
                         w.deliver(ev)
@@ -413,12 +425,12 @@ class Store:
         with self.lock:
             w.bookmark(self.rv)
 
-    def close_watchers(self, error: Obj | None = None) -> int:
+    def close_watchers(self, error: Obj | None = None, abort: bool = False) -> int:
         with self.lock:
             watchers = list(self.watchers)
             self.watchers.clear()
             for w in watchers:
-                w.close(error)
+                w.close(error, abort)
             return len(watchers)
 
     def compact(self) -> None:

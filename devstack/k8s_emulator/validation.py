@@ -14,6 +14,7 @@ DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 
 
 def dns1123_label(value: str) -> str | None:
@@ -138,17 +139,52 @@ def validate_metadata(meta: dict[str, Any], name_check: str) -> list[FieldError]
             errs.append(invalid("metadata.annotations", annotations, "must be a map of string to string"))
         else:
             for key in annotations:
-                if (msg := qualified_name(key)) is not None:
+                if (msg := qualified_name(key.lower())) is not None:
                     errs.append(invalid("metadata.annotations", key, msg))
+            # apimachinery ValidateAnnotationsSize: keys + values, at most TotalAnnotationSizeLimitB (256 KiB).
+            if sum(len(k) + len(v) for k, v in annotations.items()) > TOTAL_ANNOTATION_SIZE_LIMIT:
+                errs.append(
+                    FieldError(
+                        "FieldValueTooLong",
+                        "metadata.annotations",
+                        f"Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes",
+                    )
+                )
     finalizers = meta.get("finalizers")
     if finalizers is not None:
         if not isinstance(finalizers, list):
             errs.append(invalid("metadata.finalizers", finalizers, "must be a list of strings"))
         else:
-            for i, fin in enumerate(finalizers):
-                if not isinstance(fin, str) or qualified_name(fin) is not None:
-                    errs.append(invalid(f"metadata.finalizers[{i}]", fin, "must be a qualified name"))
+            for fin in finalizers:
+                errs += validate_finalizer_name(fin, "metadata.finalizers")
     return errs
+
+
+STANDARD_FINALIZERS = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
+
+
+def validate_finalizer_name(value: Any, field: str) -> list[FieldError]:
+    """core/validation ValidateFinalizerName: a qualified name (apimachinery), and one without a domain prefix must
+    be a standard finalizer (validateKubeFinalizerName, applied to every built-in type's ObjectMeta)."""
+    if not isinstance(value, str):
+        return [invalid(field, value, "must be a string")]
+    if (msg := qualified_name(value)) is not None:
+        return [invalid(field, value, msg)]
+    if "/" not in value and value not in STANDARD_FINALIZERS:
+        return [invalid(field, value, "name is neither a standard finalizer name nor is it fully qualified")]
+    return []
+
+
+def is_cidr(value: str) -> bool:
+    """Go's net.ParseCIDR: address/prefix-length (host bits may be set); a bare address is not a CIDR."""
+    address, slash, prefix = value.partition("/")
+    if not slash or not prefix.isdigit():
+        return False
+    try:
+        ipaddress.ip_network(f"{address}/{prefix}", strict=False)
+    except ValueError:
+        return False
+    return True
 
 
 def validate_conditions(conditions: Any, field: str) -> list[FieldError]:

@@ -21,8 +21,10 @@ class Event:
 
 
 # Queue items: (type, payload). payload is an object for ADDED/MODIFIED/DELETED/ERROR,
-# the resourceVersion (int) plus extra annotations for BOOKMARK. None ends the stream.
+# the resourceVersion (int) plus extra annotations for BOOKMARK. None ends the stream cleanly (terminal chunk);
+# ABORT cuts it without one, as a dying server does (clients see "Response ended prematurely").
 Item = tuple[str, Any] | None
+ABORT: Item = ("ABORT", None)
 
 
 class Watcher:
@@ -62,10 +64,10 @@ class Watcher:
         if not self.closed:
             self.queue.put(("BOOKMARK", (rv, initial_events_end)))
 
-    def close(self, error: Obj | None = None) -> None:
+    def close(self, error: Obj | None = None, abort: bool = False) -> None:
         if self.closed:
             return
         self.closed = True
         if error is not None:
             self.queue.put(("ERROR", error))
-        self.queue.put(None)
+        self.queue.put(ABORT if abort else None)

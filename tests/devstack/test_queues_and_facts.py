@@ -114,3 +114,17 @@ def test_services_without_class_are_ignored_on_eks_by_default_and_claimed_elsewh
     assert claim(**secret) == {"claim"}  # a self-managed cluster migrating from cloud-provider-aws
     assert claim(ServicesWithoutClass="claim") == {"claim"}
     assert claim(ServicesWithoutClass="ignore", **secret) == {"ignore"}
+
+
+def test_queues_refuse_messages_over_sqs_default_size(sqs: Any) -> None:
+    # SQS's default MaximumMessageSize is 262,144 bytes (CreateQueue API reference); moto's is 1 MiB until patched.
+    url = sqs.create_queue(QueueName="size-check")["QueueUrl"]
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == {
+        "MaximumMessageSize": "262144"
+    }
+    sqs.send_message(QueueUrl=url, MessageBody="x" * 262_144)
+    with pytest.raises(sqs.exceptions.ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="x" * 262_145)
+    assert "Message must be shorter than 262144 bytes" in str(err.value)
+    raised = sqs.create_queue(QueueName="size-raised", Attributes={"MaximumMessageSize": "1048576"})["QueueUrl"]
+    sqs.send_message(QueueUrl=raised, MessageBody="x" * 262_145)

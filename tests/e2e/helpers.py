@@ -146,13 +146,20 @@ def delete_service(stack: Stack, name: str, timeout: float = 30) -> None:
 
 
 def events_for(stack: Stack, name: str, reason: str | None = None, uid: str | None = None) -> list[dict[str, Any]]:
+    """Events about the Service `name`, matched by its UID: Events outlive their object, so a Service re-created
+    under the same name must not be credited with its predecessor's events. Without `uid` the live Service's UID is
+    used; once the Service is gone the caller passes the UID it kept."""
+    if uid is None:
+        live = read_service(stack, name)
+        assert live is not None, f"{name} is gone: pass the uid of the incarnation whose events you want"
+        uid = str(live["metadata"]["uid"])
     events = json.loads(stack.core().list_namespaced_event("default", _preload_content=False).data)["items"]
     return [
         e
         for e in events
-        if e["involvedObject"]["name"] == name
+        if e["involvedObject"].get("uid") == uid
+        and e["involvedObject"]["name"] == name
         and (reason is None or e["reason"] == reason)
-        and (uid is None or e["involvedObject"].get("uid") == uid)
     ]
 
 

@@ -76,7 +76,8 @@ def test_create_update_delete_leaves_nothing_tagged(stack: Stack):
     )
     groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [f"k8s-elb-{lb_name(svc)}"]}])
     assert groups["SecurityGroups"] == []
-    assert {"DeletingLoadBalancer", "DeletedLoadBalancer"} <= {e["reason"] for e in events_for(stack, "rows")}
+    deleted = events_for(stack, "rows", uid=svc["metadata"]["uid"])
+    assert {"DeletingLoadBalancer", "DeletedLoadBalancer"} <= {e["reason"] for e in deleted}
 
 
 def test_type_change_to_cluster_ip_while_the_watcher_was_down_still_cleans_up(stack: Stack):

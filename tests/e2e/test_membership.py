@@ -61,7 +61,7 @@ def test_excluded_node_leaves_and_a_joining_node_enters_every_target_group(stack
     live = read_service(stack, "members")
     assert live["status"]["loadBalancer"]["ingress"][0]["hostname"] == hostname(stack, "members")
     events = stack.core().list_namespaced_event("default").items
-    assert any(e.reason == "UpdatedLoadBalancer" and e.involved_object.name == "members" for e in events)
+    assert any(e.reason == "UpdatedLoadBalancer" and e.involved_object.uid == live["metadata"]["uid"] for e in events)
 
 
 def test_a_burst_of_joins_is_coalesced_into_few_target_updates(stack: Stack):
@@ -73,7 +73,8 @@ def test_a_burst_of_joins_is_coalesced_into_few_target_updates(stack: Stack):
 
     def host_updates() -> int:
         events = stack.core().list_namespaced_event("default").items
-        return sum(1 for e in events if e.reason == "UpdatedLoadBalancer" and e.involved_object.name == "burst")
+        uid = svc["metadata"]["uid"]
+        return sum(1 for e in events if e.reason == "UpdatedLoadBalancer" and e.involved_object.uid == uid)
 
     updates_before = host_updates()
     joined = []

@@ -61,7 +61,7 @@ def test_create_update_delete(stack: Stack):
     stack.runner.drain(30)
     assert cluster_resources(stack) == {"loadbalancer": [], "targetgroup": []}
     events = json.loads(stack.core().list_namespaced_event("default", _preload_content=False).data)["items"]
-    reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == "web"}
+    reasons = {e["reason"] for e in events if e["involvedObject"].get("uid") == svc["metadata"]["uid"]}
     assert {"EnsuringLoadBalancer", "EnsuredLoadBalancer", "DeletingLoadBalancer", "DeletedLoadBalancer"} <= reasons
 
 

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
@@ -228,3 +229,34 @@ def test_get_events_nodes_leases(kubectl: Kubectl, emu: Emulator) -> None:
         assert row[1:4] == ["Normal", "EnsuredLoadBalancer", "service/web"], resource
     assert kubectl("get", "nodes").stdout.splitlines()[1].split()[:2] == ["ip-10-0-0-1.ec2.internal", "Ready"]
     assert kubectl("get", "leases", "-A").stdout.splitlines()[1].split()[:3] == ["kube-system", "ccm", "pod-a"]
+
+
+def test_create_subcommands_send_protobuf_and_succeed(kubectl: Kubectl, emu: Emulator) -> None:
+    # kubectl's `create <kind>` posts application/vnd.kubernetes.protobuf and does not retry with JSON on a 415
+    # (checked with kubectl 1.32), so the emulator decodes those bodies (devstack/k8s_emulator/protobuf.py).
+    kubectl("create", "namespace", "team-a")
+    kubectl("create", "configmap", "settings", "--from-literal=mode=fast", "-n", "team-a")
+    kubectl("create", "serviceaccount", "robot")
+    kubectl("create", "service", "nodeport", "dns", "--tcp=53:5353", "--node-port=30053")
+    posts = [e for e in emu.request_log.snapshot() if e["method"] == "POST"]
+    assert [e["status"] for e in posts] == [201, 201, 201, 201]
+    ns = emu.get("namespaces", None, "team-a")
+    assert ns is not None and ns["status"] == {"phase": "Active"}
+    assert ns["metadata"]["labels"] == {"kubernetes.io/metadata.name": "team-a"}
+    cm = emu.get("configmaps", "team-a", "settings")
+    assert cm is not None and cm["data"] == {"mode": "fast"}
+    assert emu.get("serviceaccounts", "default", "robot") is not None
+    svc = emu.get("services", "default", "dns")
+    assert svc is not None and svc["spec"]["type"] == "NodePort"
+    assert svc["spec"]["ports"] == [
+        {"name": "53-5353", "protocol": "TCP", "port": 53, "targetPort": 5353, "nodePort": 30053}
+    ]
+    assert svc["spec"]["selector"] == {"app": "dns"}
+
+
+def test_protobuf_of_an_unsupported_kind_is_415(raw: Any) -> None:
+    body = b"k8s\x00" + bytes([0x0A, 0x0C, 0x0A, 0x02]) + b"v1" + bytes([0x12, 0x06]) + b"Secret"
+    status, _, out = raw.request(
+        "POST", "/api/v1/namespaces/default/configmaps", body, content_type="application/vnd.kubernetes.protobuf"
+    )
+    assert status == 415 and out["reason"] == "UnsupportedMediaType" and "kind Secret" in out["message"]

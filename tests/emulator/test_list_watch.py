@@ -187,14 +187,18 @@ def test_timeout_seconds_ends_stream(emu: Emulator, raw: Raw) -> None:
     assert status == 200 and events == [] and 0.9 <= elapsed < 2.5
 
 
-def test_compact_gives_http_410_for_old_resource_version(
+def test_too_old_resource_version_is_200_with_an_in_stream_410(
     emu: Emulator, raw: Raw, core: kubernetes.client.CoreV1Api
 ) -> None:
+    # kube-apiserver's watch cache answers a too-old RV with HTTP 200 and one ERROR event (cacher.Watch ->
+    # newErrWatcher), observed on a real server (the shared spec, real-world.md).
     old = emu.create(service_body("a"))["metadata"]["resourceVersion"]
     emu.create(service_body("b"))
     emu.compact()
-    status, body = raw.watch(f"{SVC_PATH}?watch=1&resourceVersion={old}")
-    assert status == 410 and body[0]["code"] == 410 and body[0]["reason"] == "Expired"
+    status, events = raw.watch(f"{SVC_PATH}?watch=1&resourceVersion={old}")
+    assert status == 200 and [e["type"] for e in events] == ["ERROR"]
+    assert events[0]["object"]["code"] == 410 and events[0]["object"]["reason"] == "Expired"
+    # The official client retries once, then raises the 410 for the caller to relist.
     with pytest.raises(ApiException) as exc:
         list(
             kubernetes.watch.Watch().stream(
@@ -205,6 +209,29 @@ def test_compact_gives_http_410_for_old_resource_version(
     current = core.list_namespaced_service("default").metadata.resource_version
     status, events = raw.watch(f"{SVC_PATH}?watch=1&timeoutSeconds=1&resourceVersion={current}")
     assert status == 200 and events == []
+
+
+def test_too_old_resource_version_can_be_http_410(core: kubernetes.client.CoreV1Api) -> None:
+    # Without the watch cache (etcd-backed watches) the answer is HTTP 410: both are seen in the wild.
+    with Emulator(expired_watch_in_stream=False) as emu:
+        old = emu.create(service_body("a"))["metadata"]["resourceVersion"]
+        emu.create(service_body("b"))
+        emu.compact()
+        status, body = Raw(emu).watch(f"{SVC_PATH}?watch=1&resourceVersion={old}")
+    assert status == 410 and body[0]["code"] == 410 and body[0]["reason"] == "Expired"
+
+
+def test_future_resource_version_is_refused(emu: Emulator, raw: Raw) -> None:
+    # storage.NewTooLargeResourceVersionError: 504 Timeout, cause ResourceVersionTooLarge, retry after 1 s.
+    current = int(emu.create(service_body("a"))["metadata"]["resourceVersion"])
+    for path in (f"{SVC_PATH}?resourceVersion={current + 100}", f"{SVC_PATH}?watch=1&resourceVersion={current + 100}"):
+        status, headers, body = raw.request("GET", path)
+        assert status == 504, path
+        assert body["reason"] == "Timeout" and body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+        assert body["message"] == f"Timeout: Too large resource version: {current + 100}, current: {current}"
+        assert headers["retry-after"] == "1"
+    status, _, body = raw.request("GET", f"{SVC_PATH}?resourceVersion={current}")
+    assert status == 200 and [i["metadata"]["name"] for i in body["items"]] == ["a"]
 
 
 def test_compact_sends_in_stream_410_to_open_watches(emu: Emulator, raw: Raw) -> None:
@@ -223,12 +250,24 @@ def test_compact_sends_in_stream_410_to_open_watches(emu: Emulator, raw: Raw) ->
     assert result["events"][-1]["object"]["code"] == 410
 
 
-def test_drop_watches_ends_streams(emu: Emulator, raw: Raw) -> None:
-    done: list[float] = []
-    threads = [
-        threading.Thread(target=lambda: (raw.watch(f"{SVC_PATH}?watch=1", timeout=8), done.append(time.monotonic())))
-        for _ in range(3)
-    ]
+def test_drop_watches_cuts_streams_abruptly(emu: Emulator) -> None:
+    # A server that dies ends the chunked stream without its terminal chunk: clients see a protocol error
+    # ("Response ended prematurely"), not a clean end of stream.
+    import urllib3
+
+    outcomes: list[str] = []
+    pool = urllib3.PoolManager()
+
+    def watch() -> None:
+        try:
+            resp = pool.request("GET", f"{emu.url}{SVC_PATH}?watch=1", preload_content=False, timeout=8)
+            for _ in resp.read_chunked():
+                pass
+            outcomes.append("clean end")
+        except urllib3.exceptions.ProtocolError as err:
+            outcomes.append(type(err).__name__)
+
+    threads = [threading.Thread(target=watch) for _ in range(3)]
     for t in threads:
         t.start()
     _wait_for(lambda: len(emu.store.watchers) == 3)
@@ -237,9 +276,35 @@ def test_drop_watches_ends_streams(emu: Emulator, raw: Raw) -> None:
     assert emu.drop_watches() == 3
     for t in threads:
         t.join(5)
-    assert len(done) == 3 and max(done) - dropped_at < 2
+    assert time.monotonic() - dropped_at < 5
+    assert len(outcomes) == 3 and "clean end" not in outcomes, outcomes
     entries = [e for e in emu.request_log if e["watch"]]
     assert len(entries) == 3 and all(e["bytes"] > 0 for e in entries)
+
+
+def test_drop_watches_clean_ends_like_a_timeout(emu: Emulator, raw: Raw) -> None:
+    result: list[tuple[int, list[dict[str, Any]]]] = []
+    t = threading.Thread(target=lambda: result.append(raw.watch(f"{SVC_PATH}?watch=1", timeout=8)))
+    t.start()
+    _wait_for(lambda: len(emu.store.watchers) == 1)
+    assert emu.drop_watches(clean=True) == 1
+    t.join(5)
+    assert result == [(200, [])]
+
+
+def test_bookmarks_come_at_the_watch_cache_cadence(raw: Raw) -> None:
+    # cacheWatcher.nextBookmarkTime: every bookmarkFrequency (1 min) and 2 s before the watch's deadline, not
+    # every second. A 4 s watch on a server with the real one-minute cadence gets exactly one, at about 2 s.
+    with Emulator() as emu:
+        started = time.monotonic()
+        status, events = Raw(emu).watch(f"{SVC_PATH}?watch=1&allowWatchBookmarks=true&timeoutSeconds=4", timeout=10)
+        elapsed = time.monotonic() - started
+    assert status == 200 and [e["type"] for e in events] == ["BOOKMARK"]
+    assert 3.5 <= elapsed < 6
+    # Without a deadline and within a minute: none.
+    with Emulator() as emu:
+        status, events = Raw(emu).watch(f"{SVC_PATH}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1", timeout=10)
+    assert status == 200 and events == []
 
 
 def _wait_for(cond: Any, timeout: float = 5) -> None:

@@ -60,7 +60,8 @@ def test_smp_merge_keys_and_directives() -> None:
         },
     }
     out = strategic_merge_patch(svc, patch, "Service")
-    assert out["metadata"] == {"finalizers": ["b", "c"], "labels": {"y": "2"}}
+    # Upstream order (strategicpatch normalizeElementOrder): an item the server did not have goes first.
+    assert out["metadata"] == {"finalizers": ["c", "b"], "labels": {"y": "2"}}
     assert out["spec"]["ports"] == [{"port": 443, "name": "tls"}]
     assert out["spec"]["externalIPs"] == ["2.2.2.2"]  # atomic list
     assert out["status"]["conditions"] == [
@@ -79,6 +80,29 @@ def test_smp_replace_directive_and_set_element_order() -> None:
     assert out["metadata"]["finalizers"] == ["y", "x"]
     out = strategic_merge_patch(doc, {"status": {"$patch": "replace", "phase": "x"}}, "Service")
     assert out["status"] == {"phase": "x"}
+
+
+@pytest.mark.parametrize(
+    ("live", "patch", "expected"),
+    [
+        # A new item goes before the server-only item it is compared with, i.e. first here; not appended.
+        (["a", "b", "c"], ["d"], ["d", "a", "b", "c"]),
+        # A patched item keeps its place among the server's items.
+        (["a", "b", "c"], ["b"], ["a", "b", "c"]),
+        # Patch items keep the patch's order; server-only ones the server's, interleaved by server order.
+        (["a", "b", "c"], ["c", "a"], ["b", "c", "a"]),
+        (["a", "b", "c"], ["d", "a"], ["d", "a", "b", "c"]),
+        (["a", "b", "c"], ["b", "d"], ["a", "b", "d", "c"]),
+    ],
+)
+def test_smp_list_order_is_upstream(live: list[str], patch: list[str], expected: list[str]) -> None:
+    # k8s.io/apimachinery/pkg/util/strategicpatch mergeSlice -> normalizeElementOrder -> mergeSortedSlice; the same
+    # for primitive (set) lists and lists with a merge key.
+    out = strategic_merge_patch({"metadata": {"finalizers": live}}, {"metadata": {"finalizers": patch}}, "Service")
+    assert out["metadata"]["finalizers"] == expected
+    ports = {"spec": {"ports": [{"port": ord(x), "name": x} for x in live]}}
+    out = strategic_merge_patch(ports, {"spec": {"ports": [{"port": ord(x), "name": x} for x in patch]}}, "Service")
+    assert [p["name"] for p in out["spec"]["ports"]] == expected
 
 
 def test_node_taints_are_atomic_addresses_merge_by_type() -> None:
@@ -105,7 +129,7 @@ def test_smp_finalizers_through_api(core: kubernetes.client.CoreV1Api) -> None:
     core.create_namespaced_service("default", service_body("web"))
     out = core.patch_namespaced_service("web", "default", {"metadata": {"finalizers": ["a.io/one"]}})
     out = core.patch_namespaced_service("web", "default", {"metadata": {"finalizers": ["b.io/two"]}})
-    assert out.metadata.finalizers == ["a.io/one", "b.io/two"]
+    assert out.metadata.finalizers == ["b.io/two", "a.io/one"]  # upstream puts the new one first
     out = core.patch_namespaced_service(
         "web", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/one"]}}
     )
@@ -124,8 +148,9 @@ def test_patch_content_types_over_http(raw: Raw, core: kubernetes.client.CoreV1A
     status, _, body = raw.request("PATCH", path, [{"op": "test", "path": "/metadata/name", "value": "x"}], JSON)
     assert status == 422
     status, _, body = raw.request("PATCH", path, {"spec": {"ports": [{"port": 81, "name": "alt"}]}}, SMP)
-    # Ports merge by "port": 80 stays, 81 is added; two ports now need names, so this is invalid.
-    assert status == 422 and "spec.ports[0].name" in body["message"]
+    # Ports merge by "port": 80 stays, 81 is added (first, as upstream orders it); two ports now need names, so
+    # this is invalid.
+    assert status == 422 and "spec.ports[1].name" in body["message"]
     status, _, body = raw.request(
         "PATCH", path, {"spec": {"ports": [{"port": 80, "name": "http"}, {"port": 81, "name": "alt"}]}}, SMP
     )

@@ -10,17 +10,23 @@ from devstack.k8s_emulator import Emulator
 
 from .conftest import Raw, service_body
 
+MERGE = "application/merge-patch+json"
 LB_STATUS = {"status": {"loadBalancer": {"ingress": [{"hostname": "abc.elb.us-east-1.amazonaws.com"}]}}}
 
 
-def test_status_patch_changes_only_status(core: kubernetes.client.CoreV1Api) -> None:
+def test_status_patch_ignores_spec_but_keeps_metadata(core: kubernetes.client.CoreV1Api) -> None:
+    # serviceStatusStrategy.PrepareForUpdate (pkg/registry/core/service/strategy.go) only puts the old spec back:
+    # the real server keeps metadata changes sent to /status (and validates them like any metadata update).
     core.create_namespaced_service("default", service_body("web", type="LoadBalancer"))
     out = core.patch_namespaced_service_status(
-        "web", "default", {**LB_STATUS, "metadata": {"labels": {"sneaky": "yes"}}, "spec": {"type": "ClusterIP"}}
+        "web", "default", {**LB_STATUS, "metadata": {"labels": {"extra": "yes"}}, "spec": {"type": "ClusterIP"}}
     )
     assert out.status.load_balancer.ingress[0].hostname == "abc.elb.us-east-1.amazonaws.com"
     assert out.spec.type == "LoadBalancer"
-    assert "sneaky" not in out.metadata.labels
+    assert out.metadata.labels == {"app": "web", "extra": "yes"}
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_service_status("web", "default", {"metadata": {"finalizers": ["unqualified"]}})
+    assert exc.value.status == 422
 
 
 def test_main_resource_update_ignores_status(core: kubernetes.client.CoreV1Api) -> None:
@@ -76,7 +82,8 @@ def test_status_conditions_merge_by_type(core: kubernetes.client.CoreV1Api) -> N
     out = core.patch_namespaced_service_status(
         "web", "default", {"status": {"conditions": [{"type": "B", **cond}, {"type": "A", **cond, "status": "False"}]}}
     )
-    assert [(c.type, c.status) for c in out.status.conditions] == [("A", "False"), ("B", "True")]
+    # Upstream strategic-merge order: the patch's order, the new B first (normalizeElementOrder).
+    assert [(c.type, c.status) for c in out.status.conditions] == [("B", "True"), ("A", "False")]
 
 
 def test_node_status_subresource(core: kubernetes.client.CoreV1Api) -> None:
@@ -116,8 +123,28 @@ def test_delete_http_codes(raw: Raw, core: kubernetes.client.CoreV1Api) -> None:
     body = service_body("web")
     body["metadata"]["finalizers"] = ["x.io/y"]
     core.create_namespaced_service("default", body)
+    # Held by a finalizer: 200 with the object (apiserver handlers/delete.go); 202 only for orphanDependents=false.
     status, _, obj = raw.request("DELETE", "/api/v1/namespaces/default/services/web")
+    assert status == 200 and obj["metadata"]["deletionTimestamp"] and obj["metadata"]["finalizers"] == ["x.io/y"]
+    status, _, obj = raw.request("DELETE", "/api/v1/namespaces/default/services/web", {"orphanDependents": False})
     assert status == 202 and obj["metadata"]["deletionTimestamp"]
     core.create_namespaced_service("default", service_body("plain"))
     status, _, obj = raw.request("DELETE", "/api/v1/namespaces/default/services/plain")
     assert status == 200 and obj["metadata"]["name"] == "plain"
+
+
+def test_empty_finalizers_and_taints_are_omitted(raw: Raw, core: kubernetes.client.CoreV1Api, emu: Emulator) -> None:
+    # Go's `omitempty`: the real server never returns `finalizers: []` or `taints: []`.
+    body = service_body("web")
+    body["metadata"]["finalizers"] = ["x.io/y"]
+    core.create_namespaced_service("default", body)
+    status, _, svc = raw.request(
+        "PATCH", "/api/v1/namespaces/default/services/web", {"metadata": {"finalizers": []}}, MERGE
+    )
+    assert status == 200 and "finalizers" not in svc["metadata"]
+    emu.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"taints": []}})
+    assert "taints" not in emu.get("nodes", None, "n1")["spec"]
+    taint = {"key": "k", "effect": "NoSchedule"}
+    assert raw.request("PATCH", "/api/v1/nodes/n1", {"spec": {"taints": [taint]}}, MERGE)[2]["spec"]["taints"]
+    status, _, node = raw.request("PATCH", "/api/v1/nodes/n1", {"spec": {"taints": []}}, MERGE)
+    assert status == 200 and "taints" not in node["spec"]

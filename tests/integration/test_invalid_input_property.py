@@ -70,6 +70,7 @@ def test_any_annotations_never_escape_and_invalid_ones_change_nothing(
         assert response == {"batchItemFailures": []}  # not retried until the Service changes
         assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
         events = json.loads(stack["core"].list_namespaced_event("default", _preload_content=False).data)["items"]
-        warnings = [e for e in events if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
+        uid = live["metadata"]["uid"]  # Events outlive their objects: match the incarnation, not the name
+        warnings = [e for e in events if e["involvedObject"].get("uid") == uid and e["type"] == "Warning"]
         assert [e["reason"] for e in warnings] == ["SyncLoadBalancerFailed"]
         assert any(key in warnings[0]["message"] for key in annotations)

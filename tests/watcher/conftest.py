@@ -14,6 +14,7 @@ from botocore.config import Config as BotoConfig
 from moto.server import ThreadedMotoServer
 
 from devstack.k8s_emulator import Emulator
+from devstack.queues import faithful_moto_sqs_message_size
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -47,6 +48,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
+    faithful_moto_sqs_message_size()  # SQS's default 256 KiB per message, not moto's 1 MiB
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

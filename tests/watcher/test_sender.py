@@ -15,6 +15,7 @@ from ccm.messages import Delta, parse_delta
 from tests.watcher.conftest import free_port, receive_all, sqs_client, wait_until
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
+from watcher.fit import fit
 from watcher.metrics import Metrics
 from watcher.sender import Sender
 
@@ -247,10 +248,15 @@ def test_message_sizes_stay_within_the_sqs_batch_limit(queues: dict) -> None:
     deltas = [Delta("Service", "ADDED", f"default/big-{i}", f"u{i}", "1", 1.0, big) for i in range(3)]
     huge = Delta("Service", "ADDED", "default/huge", "uh", "1", 1.0, {"x": "y" * 300_000})
     h.put_all([huge, *deltas])
+    trimmed = fit(huge)
+    assert trimmed.object == {"trimmedToFit": ["x"]} and trimmed.uid == "uh"
     with Stubber(client) as stub:
-        # 2 x ~100 KB fit in one 256 KiB batch, the third goes in the next; the 300 KB one can never be sent.
+        # The 300 KB one goes trimmed (it used to be dropped: a delete lost), with 2 x ~100 KB in one 256 KiB batch;
+        # the third goes in the next.
         stub.add_response(
-            "send_message_batch", accepted(2), {"QueueUrl": queues["Service"], "Entries": entries(*deltas[:2])}
+            "send_message_batch",
+            accepted(3),
+            {"QueueUrl": queues["Service"], "Entries": entries(trimmed, *deltas[:2])},
         )
         stub.add_response(
             "send_message_batch", accepted(1), {"QueueUrl": queues["Service"], "Entries": entries(deltas[2])}
@@ -258,5 +264,6 @@ def test_message_sizes_stay_within_the_sqs_batch_limit(queues: dict) -> None:
         assert h.sender.send_batch(h.buffer.take()) is True
         assert h.sender.send_batch(h.buffer.take()) is True
         stub.assert_no_pending_responses()
-    assert h.metric("watcher_deltas_dropped_total", kind="Service", reason="rejected") == 1
+    assert h.metric("watcher_deltas_dropped_total", kind="Service", reason="rejected") == 0
+    assert h.metric("watcher_deltas_trimmed_total", kind="Service") == 1
     assert len(h.buffer) == 0

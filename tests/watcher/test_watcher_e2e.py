@@ -371,3 +371,44 @@ def test_health_readiness_and_metrics_endpoints(
 
     watcher.stop(flush_timeout=1)
     assert not watcher.liveness()[0] and not watcher.ready
+
+
+def test_a_delta_larger_than_an_sqs_message_is_trimmed_not_dropped(
+    emulator: Emulator, make_watcher: MakeWatcher, sqs: Any, queues: dict[str, str]
+) -> None:
+    # A legal Service: kube-apiserver accepts up to 262,144 bytes of annotations (keys + values). Its whole trimmed
+    # object made a message over SQS's 262,144-byte default (moto patched to that default, see the conftest), which
+    # the watcher used to drop: the delete never reached the reconciler and the load balancer leaked.
+    big_key = "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags"
+    small = {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}
+    filler = 262_000 - len(big_key) - sum(len(k) + len(v) for k, v in small.items())
+    watcher = make_watcher()
+    created = emulator.create(service("big", annotations={big_key: "x" * filler, **small}))
+    uid = created["metadata"]["uid"]
+    emulator.delete("services", "default", "big")
+    messages = receive_all(sqs, queues["Service"], expect=2, timeout=60)  # 2 x 256 KiB through a busy host
+    assert [len(m["Body"].encode()) <= 262_144 for m in messages] == [True, True]
+    got = [parse_delta(m["Body"]) for m in messages]
+    assert [(d.type, d.key, d.uid) for d in got] == [("ADDED", "default/big", uid), ("DELETED", "default/big", uid)]
+    for delta in got:
+        # What a decision reads without the live object survives; only the oversized annotation went.
+        assert delta.object["type"] == "LoadBalancer" and delta.object["annotations"] == small
+        assert delta.object["trimmedToFit"] == ["annotations"]
+    assert metric(watcher, "watcher_deltas_trimmed_total", kind="Service") == 2
+    assert metric(watcher, "watcher_deltas_dropped_total", kind="Service", reason="rejected") == 0
+
+
+def test_a_server_behind_the_watchers_resource_version_is_relisted_not_retried_forever(
+    emulator: Emulator, make_watcher: MakeWatcher, sqs: Any, queues: dict[str, str]
+) -> None:
+    # An API server whose etcd was restored from an older backup answers a watch from a newer resourceVersion with
+    # 504 "Too large resource version" (ResourceVersionTooLarge). Resuming can never work: client-go relists.
+    emulator.create(service("a"))
+    watcher = make_watcher()
+    assert summary(deltas(sqs, queues["Service"], expect=1)) == [("SYNC", "default/a")]
+    with emulator.store.lock:
+        emulator.store.rv = 1  # the restored store is behind every resourceVersion the watcher has seen
+    emulator.drop_watches()
+    wait_until(lambda: metric(watcher, "watcher_relists_total", kind="Service", reason="too_large_rv") >= 1, 30)
+    emulator.create(service("b"))
+    assert ("ADDED", "default/b") in summary(deltas(sqs, queues["Service"], expect=1))
