@@ -24,6 +24,14 @@ Author (invalid, no retry until the Service changes):
   not one AWS offers here.
 - `AvailabilityZoneNotSupported`, `InvalidScheme`: the subnets or scheme named cannot carry this load balancer.
 
+Our own checks follow the same rule (raised before the first write as `CloudStateError` or `InvalidServiceConfig`):
+- AWS side: a certificate, security group, subnet or Elastic IP the Service names that does not exist (yet); a
+  subnet Name tag not found; no usable (tagged) subnet; a Classic ELB of our name without the cluster tag; the
+  managed group's rule quota.
+- Author: a malformed or out-of-range annotation value, a hard rule of the service controller, a security group or
+  subnet of another VPC, a certificate of another Region, an EIP or private-IP count that does not match the
+  subnets, a Classic ELB scheme change.
+
 References named by a Service are read before the first write (`ccm.aws.references`), so these answers normally
 arrive from those reads, not from a half-done creation.
 """
