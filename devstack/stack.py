@@ -26,12 +26,24 @@ from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.eks_auth import EksTokenValidator
 from devstack.queues import create_queues, create_tables
 from devstack.runner import EventSourceRunner
+from devstack.sqs_sender import register_sender
 from devstack.template import TemplateFacts, load_template
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
 KEY, SECRET = "testing", "testing"
 DUMMY_AWS_ENV = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+# SQS SenderIds (devstack.sqs_sender): the watcher (and the tests standing in for it) sign with KEY, the functions
+# with their own key, so a queue consumer can tell them apart as it can in AWS (role ids of the template's roles).
+FUNCTIONS_KEY = "ASIADEVSTACKFUNCTION"
+WATCHER_ROLE_ID, FUNCTIONS_ROLE_ID = "AROADEVSTACKWATCHER01", "AROADEVSTACKFUNCTION1"
+ROLE_IDS = {
+    "WatcherRole.RoleId": WATCHER_ROLE_ID,
+    "ServiceReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+    "NodeReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+    "SweeperFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+    "RouteReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+}
 # Who the functions are on the cluster in EKS mode (their role; deploy/ binds its access-entry group).
 FUNCTIONS_PRINCIPAL = "arn:aws:iam::123456789012:role/serverless-ccm-functions"
 
@@ -92,6 +104,8 @@ class Stack:
         for key, value in DUMMY_AWS_ENV.items():
             os.environ.setdefault(key, value)
         self._moto, self.endpoint_url = start_moto_server()
+        register_sender(KEY, f"{WATCHER_ROLE_ID}:watcher")
+        register_sender(FUNCTIONS_KEY, f"{FUNCTIONS_ROLE_ID}:devstack-functions")
         if cfg.aws_fault_proxy:
             self.aws_proxy = AwsFaultProxy(self.endpoint_url).start()
         self.world = seed_world(
@@ -101,7 +115,9 @@ class Stack:
             self.kubeconfig = cfg.kubeconfig
         else:
             eks = cfg.kube_auth == "eks"
-            validator = EksTokenValidator(cfg.cluster_name, {KEY: SECRET}, {KEY: FUNCTIONS_PRINCIPAL}) if eks else None
+            keys = {KEY: SECRET, FUNCTIONS_KEY: SECRET}
+            principals = {KEY: FUNCTIONS_PRINCIPAL, FUNCTIONS_KEY: FUNCTIONS_PRINCIPAL}
+            validator = EksTokenValidator(cfg.cluster_name, keys, principals) if eks else None
             self.emulator = Emulator(tls=eks, require_token=eks, token_validator=validator).start()
             if eks:
                 assert self.emulator.ca_pem is not None
@@ -136,7 +152,7 @@ class Stack:
         self.facts = load_template(cfg.template, params, region=cfg.region)
         self.queue_urls = create_queues(self.sqs(), self.facts, cfg.cluster_name)
         self.tables = create_tables(self.aws("dynamodb"), self.facts)
-        self.facts = self.facts.with_resources(self.tables)
+        self.facts = self.facts.with_resources({**self.tables, **ROLE_IDS})
         if cfg.runner:
             self.runner = EventSourceRunner(
                 self.facts,
@@ -220,6 +236,7 @@ class Stack:
         assert self.world is not None
         return {
             **DUMMY_AWS_ENV,
+            "AWS_ACCESS_KEY_ID": FUNCTIONS_KEY,
             "AWS_ENDPOINT_URL": self.aws_proxy.url if self.aws_proxy else self.endpoint_url,
             "AWS_REGION": self.config.region,
             "AWS_DEFAULT_REGION": self.config.region,

@@ -33,6 +33,9 @@ def test_a_load_balancer_without_our_uid_tag_is_deleted_only_for_its_own_live_se
     assert hint_delete_refusal("default/web", UID, [legacy]) is not None
     assert hint_delete_refusal("default/web", UID, [legacy], untagged_uid_ok=True) is None
     assert hint_delete_refusal("other/x", UID, [legacy], untagged_uid_ok=True) is not None
+    upstream_group = {names.cluster_tag_key("c"): "owned"}
+    assert hint_delete_refusal("default/web", UID, [upstream_group], untagged_uid_ok=True) is None
+    assert hint_delete_refusal("default/web", UID, [upstream_group]) is not None
 
 
 def test_the_built_in_controllers_load_balancer_and_finalizer_are_left_alone():

@@ -22,11 +22,12 @@ def hint_delete_refusal(
     """None when the resources named for `uid` (their tags, `found`) may be deleted on a hint about `key`;
     otherwise why not. Nothing found: nothing of another Service can be hit (target groups are found by the exact
     UID tag), so the leftovers of `uid` may be cleaned up. `untagged_uid_ok`: the live Service itself is being
-    deleted by us, so a resource without a UID tag naming its key is cloud-provider-aws's for this very Service
-    (the name carries the UID; we add our UID tag when adopting it)."""
+    deleted by us, so a resource without a UID tag (naming its key, or no Service at all: cloud-provider-aws tags
+    its security groups with the cluster only) is cloud-provider-aws's for this very Service: the name carries
+    the UID."""
     for tags in found:
         owner_uid, owner_key = tags.get(names.SERVICE_UID_TAG), tags.get(names.SERVICE_NAME_TAG)
-        if owner_uid is None and untagged_uid_ok and owner_key == key:
+        if owner_uid is None and untagged_uid_ok and owner_key in (None, key):  # upstream tags its groups so
             continue
         if owner_uid != uid:
             return f"the load balancer named for UID {uid} is tagged for UID {owner_uid or '<none>'}"

@@ -33,6 +33,7 @@ from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
 from ccm.per_environment import PerEnvironment
+from ccm.senders import Senders, sender_refusal, senders_from_env
 from ccm.service.decisions import backoff_seconds
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
 
@@ -56,6 +57,8 @@ class ServiceRuntime(FifoBatchRuntime):
         self.settings = settings
         # The nodes Lambda's coalescing bucket (same variable): the longest a HOSTS message may wait.
         self.host_bucket_seconds = float(os.environ.get("HOST_UPDATE_BUCKET_SECONDS") or DEFAULT_BUCKET_SECONDS)
+        # Who may send which kind of message to this queue (ccm.senders; from the template's role ids).
+        self.senders: Senders | None = senders_from_env()
         groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name)
         self.balancer = LoadBalancers(
             NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
@@ -78,6 +81,9 @@ class ServiceRuntime(FifoBatchRuntime):
         attempt = int(record.attributes.approximate_receive_count or 1)
         try:
             delta = parse_delta(record.body)
+            refused = sender_refusal(delta.kind, delta.type, record.attributes.sender_id, self.senders)
+            if refused:
+                raise InvalidDelta(refused)
             wait = hosts_delay(delta, started, self.host_bucket_seconds)
         except InvalidDelta as err:
             logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
