@@ -104,8 +104,12 @@ def _condition_holds(condition: dict[str, Any], context: dict[str, str]) -> bool
             if operator == "Null":
                 if (expected == "false") != (key in context):
                     return False
-            elif operator == "StringEquals":
+            elif operator in ("StringEquals", "ArnEquals"):
                 if context.get(key) not in _listed(expected):
+                    return False
+            elif operator == "ForAllValues:StringEquals":
+                # AWS: true when the key is absent (hence the Null guard next to it in the template).
+                if key in context and not set(context[key].split(",")) <= set(_listed(expected)):
                     return False
             else:
                 raise AssertionError(f"condition operator {operator} is not evaluated here: extend this test")

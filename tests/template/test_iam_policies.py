@@ -159,6 +159,10 @@ def test_watcher_role_can_only_send_to_its_two_queues(scenario: str) -> None:
             "aws:RequestTag/eks-cluster-name": PARAMS["ClusterName"],
             "aws:RequestTag/kubernetes-namespace": "serverless-ccm",
             "aws:RequestTag/kubernetes-service-account": "serverless-ccm-watcher",
+            "aws:SourceAccount": "123456789012",  # only this account's EKS may assume it (confused deputy)
+        }
+        assert assume["Condition"]["ArnEquals"] == {
+            "aws:SourceArn": f"arn:aws:eks:us-east-1:123456789012:cluster/{PARAMS['ClusterName']}"
         }
         association = stack.value(stack.resources["WatcherPodIdentityAssociation"]["Properties"])
         assert association == {
