@@ -127,6 +127,12 @@ CASES: dict[str, tuple[dict[str, str], dict[str, Any], list[str]]] = {
         ["proxy_protocol_v2.enabled=false contradicts"],
     ),
     "malformed security group": ({A + "security-groups": "sg-1"}, {}, [shown(A + "security-groups", "sg-1")]),
+    # Only cluster-tagged groups of the VPC may be given access to the nodes (AnnotationSecurityGroups).
+    "unknown security group": (
+        {A + "security-groups": "sg-0123456789abcdef0"},
+        {},
+        ["security-groups / extra-security-groups: sg-0123456789abcdef0", "only such groups may be given access"],
+    ),
 }
 EVERY_ANNOTATION = sorted({k for annotations, _, _ in CASES.values() for k in annotations})
 VICTIM = "victim"

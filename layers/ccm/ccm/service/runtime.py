@@ -59,7 +59,7 @@ class ServiceRuntime(FifoBatchRuntime):
         self.host_bucket_seconds = float(os.environ.get("HOST_UPDATE_BUCKET_SECONDS") or DEFAULT_BUCKET_SECONDS)
         # Who may send which kind of message to this queue (ccm.senders; from the template's role ids).
         self.senders: Senders | None = senders_from_env()
-        groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name)
+        groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name, settings.any_annotation_security_group)
         self.balancer = LoadBalancers(
             NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
             ClassicLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
