@@ -17,7 +17,21 @@ import re
 import threading
 from typing import Any, Final
 
-_principals: dict[str, str] = {}
+# The devstack's identities: the watcher (and the tests standing in for it) sign with the dummy key "testing", the
+# functions with their own key; the template's role ids (`!GetAtt <Role>.RoleId`, SENDERS_*) resolve to these.
+WATCHER_KEY, FUNCTIONS_KEY = "testing", "ASIADEVSTACKFUNCTION"
+WATCHER_ROLE_ID, FUNCTIONS_ROLE_ID = "AROADEVSTACKWATCHER01", "AROADEVSTACKFUNCTION1"
+ROLE_IDS: Final = {
+    "WatcherRole.RoleId": WATCHER_ROLE_ID,
+    "ServiceReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+    "NodeReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+    "SweeperFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+    "RouteReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+}
+_principals: dict[str, str] = {
+    WATCHER_KEY: f"{WATCHER_ROLE_ID}:watcher",
+    FUNCTIONS_KEY: f"{FUNCTIONS_ROLE_ID}:devstack-functions",
+}
 _current = threading.local()
 _PATCHED: Final = "_ccm_sender_id"
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")  # SigV4: Credential=<access key id>/<date>/<region>/...

@@ -26,24 +26,13 @@ from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.eks_auth import EksTokenValidator
 from devstack.queues import create_queues, create_tables
 from devstack.runner import EventSourceRunner
-from devstack.sqs_sender import register_sender
+from devstack.sqs_sender import FUNCTIONS_KEY, ROLE_IDS
 from devstack.template import TemplateFacts, load_template
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
 KEY, SECRET = "testing", "testing"
 DUMMY_AWS_ENV = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
-# SQS SenderIds (devstack.sqs_sender): the watcher (and the tests standing in for it) sign with KEY, the functions
-# with their own key, so a queue consumer can tell them apart as it can in AWS (role ids of the template's roles).
-FUNCTIONS_KEY = "ASIADEVSTACKFUNCTION"
-WATCHER_ROLE_ID, FUNCTIONS_ROLE_ID = "AROADEVSTACKWATCHER01", "AROADEVSTACKFUNCTION1"
-ROLE_IDS = {
-    "WatcherRole.RoleId": WATCHER_ROLE_ID,
-    "ServiceReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
-    "NodeReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
-    "SweeperFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
-    "RouteReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
-}
 # Who the functions are on the cluster in EKS mode (their role; deploy/ binds its access-entry group).
 FUNCTIONS_PRINCIPAL = "arn:aws:iam::123456789012:role/serverless-ccm-functions"
 
@@ -104,8 +93,6 @@ class Stack:
         for key, value in DUMMY_AWS_ENV.items():
             os.environ.setdefault(key, value)
         self._moto, self.endpoint_url = start_moto_server()
-        register_sender(KEY, f"{WATCHER_ROLE_ID}:watcher")
-        register_sender(FUNCTIONS_KEY, f"{FUNCTIONS_ROLE_ID}:devstack-functions")
         if cfg.aws_fault_proxy:
             self.aws_proxy = AwsFaultProxy(self.endpoint_url).start()
         self.world = seed_world(
