@@ -117,12 +117,18 @@ PROBES: tuple[Probe, ...] = (
     ),
     Probe("services", "dynamodb:Query", TABLE),
     Probe("services", "sqs:ChangeMessageVisibility", SERVICES_QUEUE),
+    # The event source mapping receives with the function's role: its own queue only (OnlyOwnQueue).
+    Probe("services", "sqs:ReceiveMessage", SERVICES_QUEUE),
+    Probe("services", "sqs:ReceiveMessage", NODES_QUEUE, allowed=False),
+    Probe("services", "sqs:DeleteMessage", ROUTES_QUEUE, allowed=False),
     Probe("services", "eks:DescribeCluster", CLUSTER),
     # nodes Lambda: reads instances, membership table, HOSTS messages to the services queue
     Probe("nodes", "ec2:DescribeInstances", ANY),
     Probe("nodes", "dynamodb:PutItem", TABLE),
     Probe("nodes", "sqs:SendMessage", SERVICES_QUEUE),
     Probe("nodes", "sqs:ChangeMessageVisibility", NODES_QUEUE),
+    Probe("nodes", "sqs:ReceiveMessage", NODES_QUEUE),
+    Probe("nodes", "sqs:ReceiveMessage", SERVICES_QUEUE, allowed=False),
     Probe("nodes", "eks:DescribeCluster", CLUSTER),
     Probe("nodes", "ec2:TerminateInstances", INSTANCE, RESOURCE_TAG, allowed=False),
     # route reconciler (EnableRoutes=true)
@@ -133,6 +139,8 @@ PROBES: tuple[Probe, ...] = (
     Probe("routes", "ec2:ModifyInstanceAttribute", INSTANCE, OTHER_ATTRIBUTE, allowed=False),
     Probe("routes", "ec2:DescribeRouteTables", ANY),
     Probe("routes", "sqs:ChangeMessageVisibility", ROUTES_QUEUE),
+    Probe("routes", "sqs:ReceiveMessage", ROUTES_QUEUE),
+    Probe("routes", "sqs:DeleteMessage", SERVICES_QUEUE, allowed=False),
     # sweeper: deletes only what is cluster-owned; reads; re-enqueues drifted Services
     *_ours("sweeper", ELB + "DeleteLoadBalancer", LB),
     Probe("sweeper", ELB + "DeleteTargetGroup", TG, OURS),
