@@ -21,6 +21,7 @@ from moto.server import ThreadedMotoServer
 from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from devstack.queues import harden_moto_sqs
+from devstack.sqs_sender import faithful_moto_sqs_sender
 
 # moto accepts any string; fixed dummy credentials keep boto3 from looking for real ones.
 DUMMY_CREDENTIALS: dict[str, Any] = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -37,6 +38,7 @@ def start_moto_server(port: int = 0, faithful: FaithfulSettings | None = None) -
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     # Our pollers receive/delete concurrently; moto's SQS needs fixes to keep FIFO guarantees then.
     harden_moto_sqs()
+    faithful_moto_sqs_sender()  # SenderId = the signing principal, as SQS reports it
     faithful_moto_route_state()
     faithful_moto_nlb_listeners()
     aws_faithful.install(faithful)

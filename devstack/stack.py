@@ -27,6 +27,7 @@ from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.eks_auth import EksTokenValidator
 from devstack.queues import create_queues, create_tables
 from devstack.runner import EventSourceRunner
+from devstack.sqs_sender import FUNCTIONS_KEY, ROLE_IDS
 from devstack.template import TemplateFacts, load_template
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,9 @@ class Stack:
             self.kubeconfig = cfg.kubeconfig
         else:
             eks = cfg.kube_auth == "eks"
-            validator = EksTokenValidator(cfg.cluster_name, {KEY: SECRET}, {KEY: FUNCTIONS_PRINCIPAL}) if eks else None
+            keys = {KEY: SECRET, FUNCTIONS_KEY: SECRET}
+            principals = {KEY: FUNCTIONS_PRINCIPAL, FUNCTIONS_KEY: FUNCTIONS_PRINCIPAL}
+            validator = EksTokenValidator(cfg.cluster_name, keys, principals) if eks else None
             self.emulator = Emulator(tls=eks, require_token=eks, token_validator=validator).start()
             if eks:
                 assert self.emulator.ca_pem is not None
@@ -140,7 +143,7 @@ class Stack:
         self.facts = load_template(cfg.template, params, region=cfg.region)
         self.queue_urls = create_queues(self.sqs(), self.facts, cfg.cluster_name)
         self.tables = create_tables(self.aws("dynamodb"), self.facts)
-        self.facts = self.facts.with_resources(self.tables)
+        self.facts = self.facts.with_resources({**self.tables, **ROLE_IDS})
         if cfg.runner:
             self.runner = EventSourceRunner(
                 self.facts,
@@ -224,6 +227,7 @@ class Stack:
         assert self.world is not None
         return {
             **DUMMY_AWS_ENV,
+            "AWS_ACCESS_KEY_ID": FUNCTIONS_KEY,
             "AWS_ENDPOINT_URL": self.aws_proxy.url if self.aws_proxy else self.endpoint_url,
             "AWS_REGION": self.config.region,
             "AWS_DEFAULT_REGION": self.config.region,

@@ -153,6 +153,7 @@ RESOURCES: list[Resource] = [
         ("pdb",),
         has_status=True,
     ),
+    Resource("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", True, ("netpol",)),
     Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),
     Resource(
         "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", False
@@ -166,6 +167,7 @@ GROUPS: list[tuple[str, str]] = [
     ("coordination.k8s.io", "v1"),
     ("apps", "v1"),
     ("policy", "v1"),
+    ("networking.k8s.io", "v1"),
     ("rbac.authorization.k8s.io", "v1"),
 ]
 

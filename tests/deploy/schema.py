@@ -20,6 +20,7 @@ KNOWN: dict[tuple[str, str], bool] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): True,
     ("apps/v1", "Deployment"): True,
     ("policy/v1", "PodDisruptionBudget"): True,
+    ("networking.k8s.io/v1", "NetworkPolicy"): True,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): False,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): False,
     ("rbac.authorization.k8s.io/v1", "Role"): True,
@@ -125,8 +126,21 @@ def _configmap(obj: Obj) -> list[str]:
     return [] if all(isinstance(v, str) for v in data.values()) else ["data values must be strings"]
 
 
+def _network_policy(obj: Obj) -> list[str]:
+    spec = obj.get("spec") or {}
+    errs = [] if isinstance(spec.get("podSelector"), dict) else ["spec.podSelector is required"]
+    if not set(spec.get("policyTypes") or []) <= {"Ingress", "Egress"}:
+        errs.append(f"policyTypes: {spec.get('policyTypes')}")
+    for rule in spec.get("ingress") or []:
+        for port in rule.get("ports") or []:
+            if port.get("protocol", "TCP") not in ("TCP", "UDP", "SCTP") or not isinstance(port.get("port"), int | str):
+                errs.append(f"bad port {port}")
+    return errs
+
+
 _CHECKS = {
     "Deployment": _deployment,
+    "NetworkPolicy": _network_policy,
     "PodDisruptionBudget": _pdb,
     "ClusterRole": _role,
     "Role": _role,

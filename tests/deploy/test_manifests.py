@@ -185,6 +185,25 @@ def test_watcher_deployment_is_ha_and_hardened() -> None:
     )
 
 
+def test_only_the_scraper_reaches_the_watchers_unauthenticated_metrics_port() -> None:
+    """/metrics has no authentication: a NetworkPolicy admits ingress to that one port, from the scraper's namespaces
+    only (and selects exactly the watcher's pods)."""
+    objs = render("base")
+    deployment = find(objs, "Deployment", WATCHER)
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (port,) = container["ports"]
+    policy = find(objs, "NetworkPolicy", WATCHER)
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    (rule,) = policy["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] in ([port["name"]], [port["containerPort"]])
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"serverless-ccm.aws/metrics-scraper": "true"}}}]
+    for overlay in ("overlays/irsa", "overlays/pod-identity"):
+        assert find(render(overlay), "NetworkPolicy", WATCHER)
+
+
 def test_the_image_user_is_the_one_the_pod_runs_as() -> None:
     dockerfile = (REPO / "watcher/Dockerfile").read_text()
     (user,) = re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from devstack.queues import create_queues
+from devstack.sqs_sender import ROLE_IDS
 from devstack.template import TemplateError, load_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +35,17 @@ def test_facts_of_the_real_template() -> None:
     assert fn.environment["KUBE_AUTH_MODE"] == "eks"
     assert fn.environment["POWERTOOLS_SERVICE_NAME"] == "service-reconciler"  # function overrides Globals
     assert fn.environment["POWERTOOLS_METRICS_NAMESPACE"] == "ServerlessCCM"
-    assert fn.unresolved == ("MEMBERSHIP_TABLE", "SERVICES_QUEUE_URL")
-    resolved = facts.with_resources({"ServicesQueue": "http://q/services", "MembershipTable": "members"}).functions[
-        "ServiceReconcilerFunction"
-    ]
+    # The senders' role ids (SENDERS_*, ccm/senders.py) are CloudFormation's: the devstack names them (ROLE_IDS).
+    assert fn.unresolved == (
+        "MEMBERSHIP_TABLE",
+        "SERVICES_QUEUE_URL",
+        "SENDERS_WATCHER",
+        "SENDERS_NODES",
+        "SENDERS_SWEEPER",
+    )
+    resolved = facts.with_resources(
+        {"ServicesQueue": "http://q/services", "MembershipTable": "members", **ROLE_IDS}
+    ).functions["ServiceReconcilerFunction"]
     assert resolved.environment["SERVICES_QUEUE_URL"] == "http://q/services"
     assert resolved.environment["MEMBERSHIP_TABLE"] == "members"
     assert resolved.unresolved == ()

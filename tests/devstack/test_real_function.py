@@ -13,6 +13,7 @@ from typing import Any
 from devstack.aws import client, seed_world
 from devstack.queues import create_queues, create_tables
 from devstack.runner import EventSourceRunner
+from devstack.sqs_sender import ROLE_IDS
 from devstack.template import load_template
 
 from .conftest import REGION
@@ -32,7 +33,7 @@ def test_malformed_deltas_reach_the_dlq(endpoint: str, sqs: Any, tmp_path: Path)
     world = seed_world(endpoint, REGION, "realfn", nodes=1)
     facts = load_template(ROOT / "template.yaml", {"ClusterName": "realfn", "VpcId": world.vpc_id}, region=REGION)
     urls = create_queues(sqs, facts, "realfn")
-    facts = facts.with_resources(create_tables(client("dynamodb", endpoint, REGION), facts))
+    facts = facts.with_resources({**create_tables(client("dynamodb", endpoint, REGION), facts), **ROLE_IDS})
     (tmp_path / "kubeconfig").write_text(KUBECONFIG)
     runner = EventSourceRunner(
         facts,

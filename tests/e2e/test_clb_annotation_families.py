@@ -177,7 +177,11 @@ def test_draining_idle_timeout_access_logs_and_cross_zone_in_place(stack: Stack)
 def test_source_ranges_extra_security_groups_and_one_node_rule(stack: Stack):
     world, ec2 = stack.world, stack.aws("ec2")
     assert world is not None
-    extra = ec2.create_security_group(GroupName="extra-clb", Description="mine", VpcId=world.vpc_id)["GroupId"]
+    # Annotations may name cluster-tagged groups only (AnnotationSecurityGroups=cluster-tagged, the default).
+    tags = [{"ResourceType": "security-group", "Tags": [{"Key": world.cluster_tag_key, "Value": "shared"}]}]
+    extra = ec2.create_security_group(
+        GroupName="extra-clb", Description="mine", VpcId=world.vpc_id, TagSpecifications=tags
+    )["GroupId"]
     ranges = ["203.0.113.0/24", "198.51.100.0/24"]
     create_lb_service(stack, "ranged", [80, 443], {A + "extra-security-groups": extra}, loadBalancerSourceRanges=ranges)
     svc = served(stack, "ranged")

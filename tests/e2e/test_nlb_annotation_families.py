@@ -355,7 +355,11 @@ def test_source_ranges_managed_group_and_one_node_rule(stack: Stack):
 def test_bring_your_own_security_groups(stack: Stack):
     world, ec2 = stack.world, stack.aws("ec2")
     assert world is not None
-    byo = ec2.create_security_group(GroupName="byo-web", Description="mine", VpcId=world.vpc_id)["GroupId"]
+    # Annotations may name cluster-tagged groups only (AnnotationSecurityGroups=cluster-tagged, the default).
+    tags = [{"ResourceType": "security-group", "Tags": [{"Key": world.cluster_tag_key, "Value": "shared"}]}]
+    byo = ec2.create_security_group(
+        GroupName="byo-web", Description="mine", VpcId=world.vpc_id, TagSpecifications=tags
+    )["GroupId"]
     create_lb_service(stack, "byo", [80], {**NLB, A + "security-groups": byo})
     svc = served(stack, "byo")
     assert nlb(stack, svc)["SecurityGroups"] == [byo]  # type: ignore[index]

@@ -126,6 +126,8 @@ CASES: dict[str, tuple[dict[str, str], dict[str, Any], list[str]]] = {
         ["proxy_protocol_v2.enabled=false contradicts"],
     ),
     "malformed security group": ({A + "security-groups": "sg-1"}, {}, [shown(A + "security-groups", "sg-1")]),
+    # An unknown but well-formed group is retried (MISSING below); an untagged or foreign-VPC one is refused for good:
+    # tests/integration/test_security_groups.py::test_annotations_may_name_only_cluster_tagged_groups_of_the_vpc.
 }
 EVERY_ANNOTATION = sorted({k for annotations, _, _ in CASES.values() for k in annotations})
 VICTIM = "victim"

@@ -17,7 +17,7 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.security_groups import SecurityGroups
-from ccm.contracts import InvalidServiceConfig, RetryError
+from ccm.contracts import CloudStateError, InvalidServiceConfig, RetryError
 from ccm.service import annotations as a
 from ccm.service.lbconfig import LoadBalancerConfig
 from devstack.aws_faithful import FaithfulSettings
@@ -163,7 +163,7 @@ def test_a_hand_added_rule_on_the_managed_group_is_revoked(world: World) -> None
 
 
 def test_clb_group_has_path_mtu_icmp_and_extra_groups_follow(world: World) -> None:
-    extra = world.new_group("extra")
+    extra = world.new_group("extra", {CLUSTER_TAG: "shared"})  # annotations name cluster-tagged groups
     svc, cfg = svc_and_config("clb", {P + "extra-security-groups": extra}, ports=[(80, 30080)])
     ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "clb", {})
     assert len(ids) == 2 and ids[1] == extra
@@ -175,11 +175,11 @@ def test_clb_group_has_path_mtu_icmp_and_extra_groups_follow(world: World) -> No
 
 
 def test_bring_your_own_groups_are_used_as_is(world: World) -> None:
-    byo = world.new_group("byo")
+    byo = world.new_group("byo", {CLUSTER_TAG: "shared"})  # annotations name cluster-tagged groups
     svc, cfg = svc_and_config(ann={P + "security-groups": byo})
     world.clients.counter.reset_thread()
     assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == [byo]
-    assert sum(world.calls().values()) == 0
+    assert world.calls() == {"ec2:DescribeSecurityGroups": 1}  # only the check that the group may be named
     assert m.rules_from_permissions(world.group(byo)["IpPermissions"]) == []
     groups = world.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])
     assert not [g for g in groups["SecurityGroups"] if g["GroupName"].startswith("k8s-elb-")]
@@ -210,7 +210,7 @@ def test_node_access_is_exactly_one_rule_per_lb(world: World) -> None:
 def test_switching_to_a_bring_your_own_group_moves_the_node_rule(world: World) -> None:
     svc, cfg = svc_and_config()
     managed = ensure(world, svc, cfg)[0]
-    byo = world.new_group("byo")
+    byo = world.new_group("byo", {CLUSTER_TAG: "shared"})  # annotations name cluster-tagged groups
     svc, cfg = svc_and_config(ann={P + "security-groups": byo}, uid=svc["metadata"]["uid"])
     assert ensure(world, svc, cfg) == [byo]
     assert [(r.source_group, m.lb_named_by(r.description)) for r in world.node_rules()] == [(byo, lb_name(svc))]
@@ -308,7 +308,8 @@ def test_stale_node_rules_are_revoked_for_lbs_that_no_longer_exist(world: World)
 
 
 def test_a_shared_bring_your_own_group_rule_is_handed_over_not_revoked(world: World) -> None:
-    byo = world.new_group("shared")
+    byo = world.new_group("shared", {CLUSTER_TAG: "shared"})  # annotations name cluster-tagged groups
+    world.run_node(world.node_sg)  # two cluster-tagged groups now: the node group is the instances' one
     first, first_cfg = svc_and_config(ann={P + "security-groups": byo})
     second, second_cfg = svc_and_config(ann={P + "security-groups": byo})
     ensure(world, first, first_cfg)
@@ -364,7 +365,7 @@ def test_no_describe_call_without_a_filter_or_ids(world: World) -> None:
             seen.append((model.name, dict(params.get("body") or {})))
 
     world.hook("before-call.ec2", record)
-    byo = world.new_group("byo-shared")
+    byo = world.new_group("byo-shared", {CLUSTER_TAG: "shared"})  # annotations name cluster-tagged groups
     world.new_group("more-tagged", {CLUSTER_TAG: "owned"})  # forces the per-instance discovery too
     world.run_node(world.node_sg)
     svc, cfg = svc_and_config()
@@ -386,12 +387,12 @@ def test_no_describe_call_without_a_filter_or_ids(world: World) -> None:
             assert filter_names & {"vpc-id", "group-id"}, f"{op} not scoped to the VPC: {body}"
 
 
-def test_more_rules_than_the_group_quota_is_a_warning_not_a_retry(world: World) -> None:
+def test_more_rules_than_the_group_quota_is_a_warning_and_a_retry(world: World) -> None:
     # Amazon VPC quotas: 60 inbound rules per security group, one per CIDR and port (moto enforces it as AWS).
-    # 31 ranges x 2 listener ports = 62: retrying cannot help, so InvalidServiceConfig (a Warning, no retry).
+    # 31 ranges x 2 listener ports = 62: fewer ranges or a raised quota cure it, so CloudStateError (Warning + retry).
     ranges = [f"10.{i}.0.0/16" for i in range(31)]
     svc, cfg = svc_and_config(loadBalancerSourceRanges=ranges)
-    with pytest.raises(InvalidServiceConfig, match="rules-per-security-group quota"):
+    with pytest.raises(CloudStateError, match="rules-per-security-group quota"):
         world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
     uid = svc["metadata"]["uid"]
     svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=ranges[:30])  # 60: fits (the refusal added none)
@@ -403,3 +404,35 @@ def test_more_rules_than_the_group_quota_is_a_warning_not_a_retry(world: World) 
     world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
     rules = m.rules_from_permissions(world.group(group_id)["IpPermissions"])
     assert len(rules) == 60 and {r.cidr for r in rules} == set(changed)
+
+
+def test_annotations_may_name_only_cluster_tagged_groups_of_the_vpc(world: World) -> None:
+    """A Service author must not give an arbitrary group of the VPC (a bastion's, a database's) access to the nodes:
+    an untagged, unknown or foreign-VPC group is InvalidServiceConfig before any change."""
+    other_vpc = world.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    foreign = world.ec2.create_security_group(GroupName="f", Description="f", VpcId=other_vpc)["GroupId"]
+    untagged = world.new_group("bastion")
+    for lb, ann in (
+        ("nlb", {P + "security-groups": untagged}),
+        ("clb", {P + "extra-security-groups": untagged}),  # a Classic ELB annotation (NLBs ignore it)
+        ("clb", {P + "security-groups": foreign}),
+    ):
+        svc, cfg = svc_and_config(lb, ann=ann)
+        world.clients.counter.reset_thread()
+        with pytest.raises(InvalidServiceConfig, match="security-groups / extra-security-groups"):
+            ensure(world, svc, cfg)
+        assert CallCounter.mutating(world.calls()) == 0, ann
+    # An unknown id may be a group the author's IaC creates later: a Warning and a retry (ccm.aws.refusals), no change.
+    svc, cfg = svc_and_config("clb", ann={P + "extra-security-groups": "sg-0123456789abcdef0"})
+    world.clients.counter.reset_thread()
+    with pytest.raises(CloudStateError, match="security-groups / extra-security-groups"):
+        ensure(world, svc, cfg)
+    assert CallCounter.mutating(world.calls()) == 0
+    assert all(r.source_group != untagged for r in world.node_rules())
+    # The template parameter AnnotationSecurityGroups=any lifts the tag requirement (never the VPC one).
+    relaxed = SecurityGroups(world.clients, world.vpc_id, CLUSTER, any_named_group=True)
+    svc, cfg = svc_and_config(ann={P + "security-groups": untagged})
+    assert relaxed.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == [untagged]
+    svc, cfg = svc_and_config(ann={P + "security-groups": foreign})
+    with pytest.raises(InvalidServiceConfig, match="not in"):
+        relaxed.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})

@@ -35,7 +35,7 @@ AWS_MANAGED = {
     "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole": "logs:CreateLogGroup/Stream, PutLogEvents",
     "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole": (
         "sqs:ReceiveMessage/DeleteMessage/GetQueueAttributes for the SQS event source mapping (on any queue: SAM "
-        "adds it for every SQS event; see docs/operations.md, security notes)"
+        "adds it for every SQS event; narrowed to the function's own queue by its OnlyOwnQueue Deny)"
     ),
 }
 
@@ -88,7 +88,14 @@ def test_no_wildcard_actions_and_wildcard_resources_only_for_reads(scenario: str
     seen = 0
     for where, kind, st in statements(stack):
         seen += 1
-        assert st["Effect"] == "Allow", where  # no Deny juggling needed so far: keep it simple to review
+        if st.get("Sid") == "OnlyOwnQueue":
+            # The one Deny: it narrows the AWS managed AWSLambdaSQSQueueExecutionRole (every queue of the account)
+            # to the function's own queue; NotResource names exactly that queue.
+            assert st["Effect"] == "Deny" and set(st) == {"Sid", "Effect", "Action", "NotResource"}, where
+            assert all(a.startswith("sqs:") for a in as_list(st["Action"])), where
+            assert isinstance(st["NotResource"], str) and st["NotResource"].endswith("Queue.Arn>"), where
+            continue
+        assert st["Effect"] == "Allow", where  # no other Deny juggling: keep it simple to review
         assert "NotAction" not in st and "NotResource" not in st and "NotPrincipal" not in st, where
         for action in as_list(st["Action"]):
             assert action != "*" and not action.endswith(":*"), (where, action)
@@ -159,6 +166,10 @@ def test_watcher_role_can_only_send_to_its_two_queues(scenario: str) -> None:
             "aws:RequestTag/eks-cluster-name": PARAMS["ClusterName"],
             "aws:RequestTag/kubernetes-namespace": "serverless-ccm",
             "aws:RequestTag/kubernetes-service-account": "serverless-ccm-watcher",
+            "aws:SourceAccount": "123456789012",  # only this account's EKS may assume it (confused deputy)
+        }
+        assert assume["Condition"]["ArnEquals"] == {
+            "aws:SourceArn": f"arn:aws:eks:us-east-1:123456789012:cluster/{PARAMS['ClusterName']}"
         }
         association = stack.value(stack.resources["WatcherPodIdentityAssociation"]["Properties"])
         assert association == {

@@ -173,7 +173,8 @@ def test_policies_are_least_privilege(translated: dict[str, Any]) -> None:
             continue
         null = st.get("Condition", {}).get("Null", {})
         tag_keys = {f"aws:RequestTag/{cluster_tag}", f"aws:ResourceTag/{cluster_tag}", f"ec2:ResourceTag/{cluster_tag}"}
-        assert any(null.get(k) == "false" for k in tag_keys), (st.get("Sid"), elb_writes or ec2_writes)
+        equals = st.get("Condition", {}).get("StringEquals", {})  # a value (the sweeper's "owned") implies presence
+        assert any(null.get(k) == "false" or k in equals for k in tag_keys), (st.get("Sid"), elb_writes or ec2_writes)
         if "elasticloadbalancing:AddTags" in elb_writes:
             # Tags go on at creation, or on what already carries the cluster tag (adopting a cloud-provider-aws
             # LB): never the cluster tag onto someone else's resource.
@@ -312,7 +313,8 @@ def test_route_writes_are_scoped_to_cluster_tagged_tables_and_instances(translat
         "ec2:ModifyInstanceAttribute",
         "arn:aws:ec2:us-east-1:123456789012:instance/*",
     )
-    assert sdc["Condition"] == tag
+    # SourceDestCheck only (ec2:Attribute), not any attribute of a cluster instance (user data, instance type...).
+    assert sdc["Condition"] == {**tag, "StringEquals": {"ec2:Attribute": "SourceDestCheck"}}
     role = translated["Resources"]["RouteReconcilerFunctionRole"]["Properties"]
     inline = [st for pol in role["Policies"] for st in pol["PolicyDocument"]["Statement"]]
     reads = next(st for st in inline if st.get("Sid") == "ReadRoutesAndInstances")
@@ -426,7 +428,12 @@ def test_devstack_runs_the_node_reconciler() -> None:
     from devstack.template import load_template
 
     facts = load_template(TEMPLATE, PARAMS).with_resources(
-        {"NodesQueue": "http://q/nodes", "ServicesQueue": "http://q/services", "MembershipTable": "members"}
+        {
+            "NodesQueue": "http://q/nodes",
+            "ServicesQueue": "http://q/services",
+            "MembershipTable": "members",
+            "WatcherRole.RoleId": "AROAWATCHER",
+        }
     )
     fn = facts.functions["NodeReconcilerFunction"]
     assert fn.handler_path == ROOT / "functions" / "nodes" / "app.py" and fn.handler_path.is_file()

@@ -19,6 +19,8 @@ class Settings:
     # Serve LoadBalancer Services without spec.loadBalancerClass too (self-managed clusters, migration from
     # cloud-provider-aws). The template turns it off on EKS, whose own controller serves those.
     claim_unclassed: bool = True
+    # security-groups / extra-security-groups may name any group of the VPC (else only cluster-tagged ones).
+    any_annotation_security_group: bool = False
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -29,4 +31,5 @@ class Settings:
             region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION", ""),
             default_lb_type=os.environ.get("DEFAULT_LOAD_BALANCER_TYPE") or "clb",
             claim_unclassed=os.environ.get("SERVICES_WITHOUT_CLASS", "claim").strip().lower() != "ignore",
+            any_annotation_security_group=os.environ.get("ANNOTATION_SECURITY_GROUPS", "").strip().lower() == "any",
         )

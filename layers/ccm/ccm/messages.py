@@ -49,6 +49,9 @@ WATCHER_KIND: Final = "Watcher"
 HEARTBEAT: Final = "HEARTBEAT"
 HEARTBEAT_KEY: Final = "watcher/heartbeat"
 MAX_GROUP_ID_LEN: Final = 128
+# A HOSTS message waits at most one coalescing bucket (ccm.membership.updater) plus this much clock skew between
+# the nodes Lambda that wrote `notBefore` and the service Lambda reading it; a later one is malformed.
+HOSTS_CLOCK_SKEW_SECONDS: Final = 5.0
 LB_ANNOTATION_PREFIXES: Final = ("service.beta.kubernetes.io/", "service.kubernetes.io/")
 
 DELTA_SCHEMA: Final[dict[str, Any]] = {
@@ -144,6 +147,10 @@ def parse_delta(body: str) -> Delta:
         raise InvalidDelta(f"type HEARTBEAT goes with kind {WATCHER_KIND} only, got {data['kind']}/{data['type']}")
     if data["kind"] == "Service" and data["key"].count("/") != 1:
         raise InvalidDelta(f"Service key must be <namespace>/<name>, got {data['key']!r}")
+    if data["type"] == "HOSTS":
+        not_before = data["object"].get("notBefore", 0)
+        if data["kind"] != "Service" or isinstance(not_before, bool) or not isinstance(not_before, (int, float)):
+            raise InvalidDelta("HOSTS goes with kind Service and a numeric object.notBefore")
     return Delta(
         kind=data["kind"],
         type=data["type"],
@@ -153,6 +160,18 @@ def parse_delta(body: str) -> Delta:
         observed_at=float(data["observedAt"]),
         object=data["object"],
     )
+
+
+def hosts_delay(delta: Delta, now: float, bucket_seconds: float) -> float:
+    """Seconds a HOSTS message still waits for the end of its coalescing bucket (0: process it now). A
+    `notBefore` further ahead than one bucket (plus clock skew) could hold the Service's FIFO group for as long as
+    it says: it is malformed (InvalidDelta), whatever `observedAt` claims."""
+    if delta.type != "HOSTS":
+        return 0.0
+    not_before = float(delta.object.get("notBefore", 0))
+    if not_before - now > bucket_seconds + HOSTS_CLOCK_SKEW_SECONDS:
+        raise InvalidDelta(f"HOSTS notBefore is {not_before - now:.0f} s ahead; at most {bucket_seconds:g} s allowed")
+    return max(0.0, not_before - now)
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:

@@ -292,13 +292,15 @@ def attribute_changes(want: Attributes, have: Attributes) -> ModifyAttributes | 
 
 def _tag_changes(desired: CLBSpec, observed: ObservedCLB, cluster_key: str) -> list[Operation]:
     # Any value of the cluster tag means ours ("shared" included): never rewrite it. Removed additional tags are
-    # kept (as upstream): we cannot tell them from tags someone else added.
+    # kept (as upstream): we cannot tell them from tags someone else added. Ownership tags go first, on their own:
+    # IAM lets us tag an LB we adopt with those keys only (template: AdoptClusterLoadBalancers).
     missing = tuple(
         (k, v)
         for k, v in sorted(desired.tags.items())
         if observed.tags.get(k) != v and not (k == cluster_key and k in observed.tags)
     )
-    return [AddTags(missing)] if missing else []
+    own = tuple((k, v) for k, v in missing if k in (names.SERVICE_UID_TAG, names.SERVICE_NAME_TAG, cluster_key))
+    return [AddTags(tags) for tags in (own, tuple(t for t in missing if t not in own)) if tags]
 
 
 def _listener_changes(desired: CLBSpec, observed: ObservedCLB) -> tuple[list[Operation], set[int]]:

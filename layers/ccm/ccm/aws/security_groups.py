@@ -58,7 +58,7 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
-from ccm.contracts import CloudStateError, KubeObject, RetryError
+from ccm.contracts import CloudStateError, InvalidServiceConfig, KubeObject, RetryError
 from ccm.service.lbconfig import LoadBalancerConfig
 
 __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "stale_node_rules"]
@@ -85,8 +85,12 @@ def _unique(ids: Iterable[str]) -> list[str]:
 
 
 class SecurityGroups:
-    def __init__(self, clients: AwsClients, vpc_id: str, cluster_name: str) -> None:
+    def __init__(self, clients: AwsClients, vpc_id: str, cluster_name: str, any_named_group: bool = False) -> None:
         self.clients = clients
+        # The security-groups / extra-security-groups annotations get node access for the groups they name: by
+        # default only groups carrying the cluster tag, so a Service author cannot open the nodes to any group of
+        # the VPC (template parameter AnnotationSecurityGroups=any lifts it).
+        self.any_named_group = any_named_group
         self.vpc_id = vpc_id
         self.cluster_name = cluster_name
         self._cluster_tag = names.cluster_tag_key(cluster_name)
@@ -100,6 +104,7 @@ class SecurityGroups:
         modified) or our managed group `k8s-elb-<lb_name>` (created with its tags via TagSpecifications, rules
         converged), then extra-security-groups. Idempotent; finds its group by name + VPC + cluster tag."""
         extra = list(config.extra_security_groups)
+        self._check_named_groups([*config.security_groups, *extra])
         if config.security_groups:
             return _unique([*config.security_groups, *extra])
         group = self._managed_group(lb_name) or self._create_managed_group(lb_name, service, extra_tags)
@@ -152,6 +157,41 @@ class SecurityGroups:
                 ) from err
             raise
         log.info("deleted security group %s of %s", group_id, lb_name)
+
+    def _check_named_groups(self, group_ids: list[str]) -> None:
+        """Before any change: the annotations' groups exist in our VPC and (by default) carry the cluster tag."""
+        if not group_ids:
+            return
+        try:
+            found = self.clients.ec2.describe_security_groups(GroupIds=_unique(group_ids))["SecurityGroups"]
+        except ClientError as err:
+            if _code(err) == "InvalidGroupId.Malformed":  # only the author can fix a malformed id
+                raise InvalidServiceConfig(
+                    f"security-groups / extra-security-groups: {', '.join(group_ids)}: {_code(err)}"
+                ) from err
+            if _code(err) == "InvalidGroup.NotFound":  # may be created later (ccm.aws.refusals): Warning + retry
+                raise CloudStateError(
+                    f"security-groups / extra-security-groups: {', '.join(group_ids)}: {_code(err)}"
+                ) from err
+            raise
+        if missing := sorted(set(group_ids) - {str(g["GroupId"]) for g in found}):
+            raise CloudStateError(f"security-groups / extra-security-groups: {', '.join(missing)}: not found")
+        refused = sorted(
+            str(g["GroupId"])
+            for g in found
+            if g.get("VpcId") != self.vpc_id
+            or not (self.any_named_group or any(t["Key"] == self._cluster_tag for t in g.get("Tags", [])))
+        )
+        if refused:
+            raise InvalidServiceConfig(
+                f"security-groups / extra-security-groups: {', '.join(refused)} "
+                + (
+                    "not in " + self.vpc_id
+                    if self.any_named_group
+                    else f"not tagged {self._cluster_tag} in {self.vpc_id}"
+                )
+                + "; only such groups may be given access to the nodes"
+            )
 
     def _managed_group(self, lb_name: str, *, tagged: bool = True) -> dict[str, Any] | None:
         filters = [self._vpc_filter, {"Name": "group-name", "Values": [m.managed_group_name(lb_name)]}]

@@ -11,11 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ccm.aws.names import cluster_tag_key
+from ccm.aws.names import SERVICE_UID_TAG, cluster_tag_key
 from ccm.doctor.facts import RoleFacts, RoleKind
 from ccm.doctor.findings import Finding, fail, ok, unknown, warn
 
 REQUEST_TAG, RESOURCE_TAG, CREATE_SG, NONE = "request-tag", "resource-tag", "create-sg-tagged", "untagged"
+# OURS: the cluster tag AND our Service UID tag (only we write it); RESOURCE_TAG alone is a cluster resource that is
+# not ours (the EKS cluster security group, the built-in service controller's load balancers): deletes are denied.
+OURS, ADOPT, SLR_ELB, SLR_OTHER = "ours", "adopt-uid-tag", "slr-elb", "slr-other"
+SOURCE_DEST_CHECK, OTHER_ATTRIBUTE = "resource-tag-sourcedestcheck", "resource-tag-userdata"
 
 LB, TG, LISTENER, SG, VPC, ROUTE_TABLE, INSTANCE = (
     "lb",
@@ -26,13 +30,14 @@ LB, TG, LISTENER, SG, VPC, ROUTE_TABLE, INSTANCE = (
     "route-table",
     "instance",
 )
-SERVICES_QUEUE, NODES_QUEUE, ROUTES_QUEUE, TABLE, CLUSTER, ANY = (
+SERVICES_QUEUE, NODES_QUEUE, ROUTES_QUEUE, TABLE, CLUSTER, ANY, SLR = (
     "services-queue",
     "nodes-queue",
     "routes-queue",
     "membership-table",
     "cluster",
     "*",
+    "elb-service-linked-role",
 )
 
 
@@ -54,16 +59,27 @@ def _both(role: RoleKind, action: str, resource: str, context: str) -> list[Prob
     return [Probe(role, action, resource, context), Probe(role, action, resource, NONE, allowed=False)]
 
 
+def _ours(role: RoleKind, action: str, resource: str) -> list[Probe]:
+    """A write on what we made: allowed with our UID tag, denied on a cluster resource without it (and untagged)."""
+    return [
+        Probe(role, action, resource, OURS),
+        Probe(role, action, resource, RESOURCE_TAG, allowed=False),
+        Probe(role, action, resource, NONE, allowed=False),
+    ]
+
+
 ELB = "elasticloadbalancing:"
 PROBES: tuple[Probe, ...] = (
     # service reconciler: ELB (NLB + Classic) and security groups, tag-scoped
     *_both("services", ELB + "CreateLoadBalancer", LB, REQUEST_TAG),
     *_both("services", ELB + "CreateTargetGroup", TG, REQUEST_TAG),
-    *_both("services", ELB + "DeleteLoadBalancer", LB, RESOURCE_TAG),
+    *_ours("services", ELB + "DeleteLoadBalancer", LB),
     # adoption: our UID tag on a cluster-tagged LB that cloud-provider-aws made
-    *_both("services", ELB + "AddTags", LB, RESOURCE_TAG),
+    *_both("services", ELB + "AddTags", LB, ADOPT),
+    Probe("services", "iam:CreateServiceLinkedRole", SLR, SLR_ELB),  # the first ELB of an account
+    Probe("services", "iam:CreateServiceLinkedRole", SLR, SLR_OTHER, allowed=False),
     *(
-        Probe("services", ELB + action, resource, RESOURCE_TAG)
+        Probe("services", ELB + action, resource, OURS)
         for action, resource in (
             ("CreateListener", LB),
             ("ModifyListener", LISTENER),
@@ -86,7 +102,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("services", "ec2:CreateTags", SG, CREATE_SG),
     *_both("services", "ec2:AuthorizeSecurityGroupIngress", SG, RESOURCE_TAG),
     Probe("services", "ec2:RevokeSecurityGroupIngress", SG, RESOURCE_TAG),
-    Probe("services", "ec2:DeleteSecurityGroup", SG, RESOURCE_TAG),
+    *_ours("services", "ec2:DeleteSecurityGroup", SG),
     *(
         Probe("services", action, ANY)
         for action in (
@@ -101,25 +117,34 @@ PROBES: tuple[Probe, ...] = (
     ),
     Probe("services", "dynamodb:Query", TABLE),
     Probe("services", "sqs:ChangeMessageVisibility", SERVICES_QUEUE),
+    # The event source mapping receives with the function's role: its own queue only (OnlyOwnQueue).
+    Probe("services", "sqs:ReceiveMessage", SERVICES_QUEUE),
+    Probe("services", "sqs:ReceiveMessage", NODES_QUEUE, allowed=False),
+    Probe("services", "sqs:DeleteMessage", ROUTES_QUEUE, allowed=False),
     Probe("services", "eks:DescribeCluster", CLUSTER),
     # nodes Lambda: reads instances, membership table, HOSTS messages to the services queue
     Probe("nodes", "ec2:DescribeInstances", ANY),
     Probe("nodes", "dynamodb:PutItem", TABLE),
     Probe("nodes", "sqs:SendMessage", SERVICES_QUEUE),
     Probe("nodes", "sqs:ChangeMessageVisibility", NODES_QUEUE),
+    Probe("nodes", "sqs:ReceiveMessage", NODES_QUEUE),
+    Probe("nodes", "sqs:ReceiveMessage", SERVICES_QUEUE, allowed=False),
     Probe("nodes", "eks:DescribeCluster", CLUSTER),
     Probe("nodes", "ec2:TerminateInstances", INSTANCE, RESOURCE_TAG, allowed=False),
     # route reconciler (EnableRoutes=true)
     *_both("routes", "ec2:CreateRoute", ROUTE_TABLE, RESOURCE_TAG),
     Probe("routes", "ec2:ReplaceRoute", ROUTE_TABLE, RESOURCE_TAG),
     Probe("routes", "ec2:DeleteRoute", ROUTE_TABLE, RESOURCE_TAG),
-    *_both("routes", "ec2:ModifyInstanceAttribute", INSTANCE, RESOURCE_TAG),
+    *_both("routes", "ec2:ModifyInstanceAttribute", INSTANCE, SOURCE_DEST_CHECK),
+    Probe("routes", "ec2:ModifyInstanceAttribute", INSTANCE, OTHER_ATTRIBUTE, allowed=False),
     Probe("routes", "ec2:DescribeRouteTables", ANY),
     Probe("routes", "sqs:ChangeMessageVisibility", ROUTES_QUEUE),
+    Probe("routes", "sqs:ReceiveMessage", ROUTES_QUEUE),
+    Probe("routes", "sqs:DeleteMessage", SERVICES_QUEUE, allowed=False),
     # sweeper: deletes only what is cluster-owned; reads; re-enqueues drifted Services
-    *_both("sweeper", ELB + "DeleteLoadBalancer", LB, RESOURCE_TAG),
-    Probe("sweeper", ELB + "DeleteTargetGroup", TG, RESOURCE_TAG),
-    *_both("sweeper", "ec2:DeleteSecurityGroup", SG, RESOURCE_TAG),
+    *_ours("sweeper", ELB + "DeleteLoadBalancer", LB),
+    Probe("sweeper", ELB + "DeleteTargetGroup", TG, OURS),
+    *_ours("sweeper", "ec2:DeleteSecurityGroup", SG),
     Probe("sweeper", "ec2:RevokeSecurityGroupIngress", SG, RESOURCE_TAG),
     Probe("sweeper", ELB + "DescribeListeners", ANY),
     Probe("sweeper", "tag:GetResources", ANY),
@@ -158,6 +183,8 @@ class Arns:
             ROUTE_TABLE: f"arn:{p}:ec2:{r}:{a}:route-table/rtb-0doctorprobe",
             INSTANCE: f"arn:{p}:ec2:{r}:{a}:instance/i-0doctorprobe",
             CLUSTER: f"arn:{p}:eks:{r}:{a}:cluster/{self.cluster}",
+            SLR: f"arn:{p}:iam::{a}:role/aws-service-role/elasticloadbalancing.amazonaws.com/"
+            "AWSServiceRoleForElasticLoadBalancing",
             VPC: f"arn:{p}:ec2:{r}:{a}:vpc/{self.vpc_id}" if self.vpc_id else "",
             TABLE: self.table_arn,
         }
@@ -172,10 +199,26 @@ def context_entries(context: str, cluster: str) -> list[dict[str, object]]:
         return {"ContextKeyName": key, "ContextKeyValues": [value], "ContextKeyType": "string"}
 
     tag = cluster_tag_key(cluster)
+    cluster_resource = [entry(f"aws:ResourceTag/{tag}", "owned"), entry(f"ec2:ResourceTag/{tag}", "owned")]
     if context == REQUEST_TAG:
         return [entry(f"aws:RequestTag/{tag}", "owned"), entry("aws:TagKeys", tag)]
     if context == RESOURCE_TAG:
-        return [entry(f"aws:ResourceTag/{tag}", "owned"), entry(f"ec2:ResourceTag/{tag}", "owned")]
+        return cluster_resource
+    if context == OURS:
+        uid = "00000000-0000-4000-8000-doctorprobe0"
+        return [
+            *cluster_resource,
+            entry(f"aws:ResourceTag/{SERVICE_UID_TAG}", uid),
+            entry(f"ec2:ResourceTag/{SERVICE_UID_TAG}", uid),
+        ]
+    if context == ADOPT:
+        return [*cluster_resource, entry("aws:TagKeys", SERVICE_UID_TAG)]
+    if context in (SLR_ELB, SLR_OTHER):
+        service = "elasticloadbalancing" if context == SLR_ELB else "ec2"
+        return [entry("iam:AWSServiceName", f"{service}.amazonaws.com")]
+    if context in (SOURCE_DEST_CHECK, OTHER_ATTRIBUTE):
+        attribute = "SourceDestCheck" if context == SOURCE_DEST_CHECK else "UserData"
+        return [*cluster_resource, entry("ec2:Attribute", attribute)]
     if context == CREATE_SG:
         return [entry(f"aws:RequestTag/{tag}", "owned"), entry("ec2:CreateAction", "CreateSecurityGroup")]
     return []
@@ -238,7 +281,12 @@ def evaluate(role: RoleFacts, arns: Arns) -> list[Finding]:
 
 
 def _describe(probe: Probe, decision: str) -> str:
-    where = {NONE: " untagged", REQUEST_TAG: " with the cluster tag in the request", RESOURCE_TAG: " when tagged"}
+    where = {
+        NONE: " untagged",
+        REQUEST_TAG: " with the cluster tag in the request",
+        RESOURCE_TAG: " on a cluster-tagged resource not ours",
+        OURS: " on our resource (cluster and UID tags)",
+    }
     return f"{probe.action}{where.get(probe.context, ' (' + probe.context + ')')} -> {decision}"
 
 

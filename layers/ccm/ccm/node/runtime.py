@@ -62,6 +62,7 @@ from ccm.node.events import InstanceStateChange, InvalidNodeMessage, SafetyPass,
 from ccm.node.sync import NodeSync, SyncResult
 from ccm.per_environment import PerEnvironment
 from ccm.retry import FAILURE_BASE_SECONDS, Retry, retry_for
+from ccm.senders import Senders, sender_refusal, senders_from_env
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "node-reconciler")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
@@ -144,6 +145,7 @@ class NodeRuntime(FifoBatchRuntime):
         # None: the module registries, read at call time (so modules imported later still count).
         self._delta_consumers = delta_consumers
         self._periodic_consumers = periodic_consumers
+        self.senders: Senders | None = senders_from_env()  # who may send Node deltas (ccm.senders)
 
     @property
     def delta_consumers(self) -> list[NodeDeltaConsumer]:
@@ -159,6 +161,13 @@ class NodeRuntime(FifoBatchRuntime):
         attempt = int(record.attributes.approximate_receive_count or 1)
         try:
             message = parse_node_message(record.body)
+            refused = (
+                sender_refusal("Node", message.type, record.attributes.sender_id, self.senders)
+                if isinstance(message, Delta)
+                else None  # EventBridge's: the queue policy admits only our rules; their handling re-reads EC2
+            )
+            if refused:
+                raise InvalidNodeMessage(refused)
         except InvalidNodeMessage as err:
             logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
             metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)

@@ -14,6 +14,7 @@ from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, KubeObject
 from ccm.messages import Delta
 from ccm.service import predicates as p
 from ccm.service.decisions import Action, decide, ingress_equal
+from ccm.service.hints import hint_delete_refusal, leave_to_other_controller
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,12 @@ class UidDeleter(Protocol):
     def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
 
 
+class OwnershipReader(Protocol):
+    """The tags of every resource named for a UID (ccm.aws.ownership.Ownership)."""
+
+    def tags_for_uid(self, uid: str) -> list[dict[str, str]]: ...
+
+
 class SyncFailed(Exception):
     """A reconcile failed; the event was recorded. `retry_after` is set for RetryError-style fixed delays."""
 
@@ -58,6 +65,7 @@ class Outcome:
     status_written: bool = False
     events: list[str] = field(default_factory=list)
     invalid: str | None = None
+    refused: list[str] = field(default_factory=list)  # deletes a message asked for that its resources refuted
 
 
 class ServiceReconciler:
@@ -70,6 +78,8 @@ class ServiceReconciler:
         cluster_name: str,
         our_class: str,
         claim_unclassed: bool = True,
+        *,
+        ownership: OwnershipReader,
     ) -> None:
         self.kube = kube
         self.members = members
@@ -78,6 +88,7 @@ class ServiceReconciler:
         self.cluster_name = cluster_name
         self.our_class = our_class
         self.claim_unclassed = claim_unclassed
+        self.ownership = ownership
 
     def reconcile(self, delta: Delta) -> Outcome:
         namespace, name = delta.namespace_name
@@ -87,9 +98,9 @@ class ServiceReconciler:
         log.info("decision %s: %s", decision.action.value, decision.reason)
         try:
             if decision.delete_previous_uid:
-                self.by_uid.delete_for_uid(decision.delete_previous_uid)
+                self._delete_on_hint(delta.key, decision.delete_previous_uid, live, outcome)
             if decision.action is Action.DELETE_GONE:
-                self.by_uid.delete_for_uid(delta.uid)
+                self._delete_on_hint(delta.key, delta.uid, live, outcome)
         except RetryError as err:  # e.g. the old LB's security group still held by its network interfaces
             log.info("%s: waiting: %s", delta.key, err)
             raise SyncFailed(str(err), retry_after=err.delay_seconds) from err
@@ -192,6 +203,19 @@ class ServiceReconciler:
 
     # -- DELETE path ----------------------------------------------------------------------------------------------
     def _delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:
+        key, uid = f"{p.meta(svc).get('namespace')}/{p.meta(svc).get('name')}", str(p.meta(svc)["uid"])
+        found = self.ownership.tags_for_uid(uid)
+        if not write_status:  # CLEANUP_FOREIGN
+            shared = not p.spec(svc).get("loadBalancerClass") and not self.claim_unclassed
+            if leave_to_other_controller(found, key, uid, shared):
+                outcome.action = Action.NOTHING
+                return
+        refusal = hint_delete_refusal(key, uid, found, untagged_uid_ok=True)
+        if refusal is not None:
+            # Never ours to delete (a load balancer of another Service under this name): the finalizer stays.
+            outcome.refused.append(refusal)
+            self._event(svc, outcome, "Warning", "DeleteRefused", f"Not deleting a load balancer: {refusal}")
+            return
         try:
             _, exists = self.balancer.get_load_balancer(self.cluster_name, svc)
         except Exception as err:
@@ -206,6 +230,18 @@ class ServiceReconciler:
         self._event(svc, outcome, "Normal", "DeletedLoadBalancer", "Deleted load balancer")
         if write_status:
             self._write_status(svc, [], outcome)
+
+    def _delete_on_hint(self, key: str, uid: str, live: KubeObject | None, outcome: Outcome) -> None:
+        """The API confirmed that no live Service has `uid` (decide); the resources must say they are that
+        Service's (ccm.service.hints), else nothing is deleted: a message is a hint, never an order."""
+        refusal = hint_delete_refusal(key, uid, self.ownership.tags_for_uid(uid))
+        if refusal is None:
+            self.by_uid.delete_for_uid(uid)
+            return
+        outcome.refused.append(refusal)
+        log.warning("not deleting on a message about %s: %s", key, refusal)
+        if live is not None:
+            self._event(live, outcome, "Warning", "DeleteRefused", f"Not deleting a load balancer: {refusal}")
 
     # -- helpers --------------------------------------------------------------------------------------------------
     def _write_status(self, svc: KubeObject, ingress: list[dict[str, Any]], outcome: Outcome) -> None:

@@ -23,17 +23,20 @@ from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import AwsClients
 from ccm.aws.nlb import NetworkLoadBalancers
+from ccm.aws.ownership import Ownership
 from ccm.aws.security_groups import SecurityGroups
 from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
+from ccm.membership.model import DEFAULT_BUCKET_SECONDS
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
-from ccm.messages import HEARTBEAT, Delta, InvalidDelta, parse_delta
+from ccm.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
 from ccm.per_environment import PerEnvironment
 from ccm.retry import retry_for
+from ccm.senders import Senders, sender_refusal, senders_from_env
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
 
 # Defaults keep the metrics valid even when the module was imported before the environment was set.
@@ -50,7 +53,11 @@ class ServiceRuntime(FifoBatchRuntime):
     ) -> None:
         super().__init__(clients)
         self.settings = settings
-        groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name)
+        # The nodes Lambda's coalescing bucket (same variable): the longest a HOSTS message may wait.
+        self.host_bucket_seconds = float(os.environ.get("HOST_UPDATE_BUCKET_SECONDS") or DEFAULT_BUCKET_SECONDS)
+        # Who may send which kind of message to this queue (ccm.senders; from the template's role ids).
+        self.senders: Senders | None = senders_from_env()
+        groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name, settings.any_annotation_security_group)
         self.balancer = LoadBalancers(
             NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
             ClassicLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
@@ -65,6 +72,7 @@ class ServiceRuntime(FifoBatchRuntime):
             settings.cluster_name,
             settings.load_balancer_class,
             settings.claim_unclassed,
+            ownership=Ownership(clients, settings.vpc_id, settings.cluster_name),
         )
 
     def handle_record(self, record: SQSRecord) -> None:
@@ -72,6 +80,10 @@ class ServiceRuntime(FifoBatchRuntime):
         attempt = int(record.attributes.approximate_receive_count or 1)
         try:
             delta = parse_delta(record.body)
+            refused = sender_refusal(delta.kind, delta.type, record.attributes.sender_id, self.senders)
+            if refused:
+                raise InvalidDelta(refused)
+            wait = hosts_delay(delta, started, self.host_bucket_seconds)
         except InvalidDelta as err:
             logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
             metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
@@ -80,11 +92,10 @@ class ServiceRuntime(FifoBatchRuntime):
         if delta.type == HEARTBEAT:
             self.on_heartbeat(delta, started)
             return
-        not_before = float(delta.object.get("notBefore", 0)) if delta.type == "HOSTS" else 0.0
-        if not_before > started:
+        if wait > 0:
             # A host update waits for the end of its coalescing bucket (ccm.membership.updater); meanwhile every
             # change of the bucket is deduplicated into this very message. Not a failure: nothing is counted.
-            delay = max(1, math.ceil(not_before - started))
+            delay = max(1, math.ceil(wait))
             self.defer(record.message_id, delay)
             raise Deferred(f"host update deferred {delay} s")
         if delta.type == "HOSTS":
@@ -125,6 +136,8 @@ class ServiceRuntime(FifoBatchRuntime):
         metrics.add_metric(name="ReconcileSucceeded", unit=MetricUnit.Count, value=1)
         if outcome.invalid:
             metrics.add_metric(name="InvalidServiceConfig", unit=MetricUnit.Count, value=1)
+        if outcome.refused:
+            metrics.add_metric(name="HintedDeletesRefused", unit=MetricUnit.Count, value=len(outcome.refused))
         if outcome.status_written:
             metrics.add_metric(
                 name="EndToEndLatency",
