@@ -10,7 +10,6 @@ import os
 import tempfile
 import time
 import uuid
-from collections import Counter
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -151,20 +150,20 @@ class BenchWorld:
         self.runtime.handle_record(record)
         return dict(self.clients.counter.thread_calls())
 
-    def reconcile_until_done(self, delta: Delta, timeout: float = 60.0) -> tuple[dict[str, int], int]:
+    def reconcile_until_done(self, delta: Delta, wait: float, timeout: float = 60.0) -> list[dict[str, int]]:
         """As the queue does: a pass asking to come back later (RetryError: AWS still holds the deleted LB's
-        security group) is repeated with the next receive count. Returns the calls of all passes, and the passes."""
-        total: Counter[str] = Counter()
+        security group) is repeated, `wait` seconds later, with the next receive count. The calls of each pass."""
+        passes: list[dict[str, int]] = []
         deadline = time.monotonic() + timeout
         for attempt in itertools.count(1):
             try:
-                total.update(self.reconcile(delta, receive_count=attempt))
-                return dict(total), attempt
+                passes.append(self.reconcile(delta, receive_count=attempt))
+                return passes
             except SyncFailed as err:
-                total.update(self.clients.counter.thread_calls())
+                passes.append(dict(self.clients.counter.thread_calls()))
                 if err.retry_after is None or time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)  # not the asked delay: the bench counts calls, the hold is set short
+                time.sleep(wait)
         raise AssertionError("unreachable")
 
     def updater(self, clock: Any = time.time, bucket_seconds: int = 15) -> MembershipUpdater:
