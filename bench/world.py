@@ -5,6 +5,7 @@ the emulator's request log."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 import time
@@ -22,9 +23,11 @@ from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from ccm.messages import Delta, delta_for
+from ccm.service.reconciler import SyncFailed
 from ccm.service.runtime import ServiceRuntime
 from devstack.aws import client as aws_client
 from devstack.aws import seed_world, start_moto_server
+from devstack.aws_faithful import FaithfulSettings
 from devstack.k8s_emulator import Emulator
 
 REGION = "us-east-1"
@@ -32,8 +35,8 @@ CLUSTER = "bench"
 
 
 class BenchWorld:
-    def __init__(self, nodes: int = 3, lb_type: str = "nlb") -> None:
-        self.moto, self.endpoint = start_moto_server()
+    def __init__(self, nodes: int = 3, lb_type: str = "nlb", faithful: FaithfulSettings | None = None) -> None:
+        self.moto, self.endpoint = start_moto_server(faithful=faithful)
         env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": REGION}
         env["AWS_ENDPOINT_URL"] = self.endpoint  # the runtime's clients find the local AWS like in the devstack
         self._saved_env = {k: os.environ.get(k) for k in env}
@@ -146,6 +149,22 @@ class BenchWorld:
         )
         self.runtime.handle_record(record)
         return dict(self.clients.counter.thread_calls())
+
+    def reconcile_until_done(self, delta: Delta, wait: float, timeout: float = 60.0) -> list[dict[str, int]]:
+        """As the queue does: a pass asking to come back later (RetryError: AWS still holds the deleted LB's
+        security group) is repeated, `wait` seconds later, with the next receive count. The calls of each pass."""
+        passes: list[dict[str, int]] = []
+        deadline = time.monotonic() + timeout
+        for attempt in itertools.count(1):
+            try:
+                passes.append(self.reconcile(delta, receive_count=attempt))
+                return passes
+            except SyncFailed as err:
+                passes.append(dict(self.clients.counter.thread_calls()))
+                if err.retry_after is None or time.monotonic() > deadline:
+                    raise
+                time.sleep(wait)
+        raise AssertionError("unreachable")
 
     def updater(self, clock: Any = time.time, bucket_seconds: int = 15) -> MembershipUpdater:
         return MembershipUpdater(self.store, self.sqs, self.queue_url, bucket_seconds=bucket_seconds, clock=clock)
