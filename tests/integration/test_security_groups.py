@@ -388,18 +388,19 @@ def test_no_describe_call_without_a_filter_or_ids(world: World) -> None:
 
 
 def test_more_rules_than_the_group_quota_is_a_warning_and_a_retry(world: World) -> None:
-    # Amazon VPC quotas: 60 inbound rules per security group, one per CIDR and port (moto enforces it as AWS).
-    # 31 ranges x 2 listener ports = 62: fewer ranges or a raised quota cure it, so CloudStateError (Warning + retry).
-    ranges = [f"10.{i}.0.0/16" for i in range(31)]
+    # Amazon VPC quotas: 60 inbound rules per security group, one per CIDR and port (moto enforces it as AWS). Each
+    # range gets 2 listener rules and the path-MTU ICMP rule: 21 ranges x 3 = 63 do not fit. Fewer ranges or a raised
+    # quota cure it, so CloudStateError (Warning + retry).
+    ranges = [f"10.{i}.0.0/16" for i in range(21)]
     svc, cfg = svc_and_config(loadBalancerSourceRanges=ranges)
     with pytest.raises(CloudStateError, match="rules-per-security-group quota"):
         world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
     uid = svc["metadata"]["uid"]
-    svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=ranges[:30])  # 60: fits (the refusal added none)
+    svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=ranges[:20])  # 60: fits (the refusal added none)
     (group_id,) = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
     assert len(m.rules_from_permissions(world.group(group_id)["IpPermissions"])) == 60
-    # One range replaced at the quota: the 2 new rules do not fit beside the 2 old ones, so they are revoked first.
-    changed = [*ranges[:29], "192.168.0.0/16"]
+    # One range replaced at the quota: the 3 new rules do not fit beside the 3 old ones, so they are revoked first.
+    changed = [*ranges[:19], "192.168.0.0/16"]
     svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=changed)
     world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
     rules = m.rules_from_permissions(world.group(group_id)["IpPermissions"])
