@@ -38,7 +38,7 @@ def main() -> int:
         print("kubectl is not on PATH", file=sys.stderr)
         return 1
     state_dir = Path(tempfile.mkdtemp(prefix="ccm-demo-"))
-    # The handlers run in this process and log JSON to stdout, as in Lambda: keep the demo's own output clean.
+    # Keep the demo's own output clean: what the stack prints goes to a file (the functions' logs are the runner's).
     out = sys.stdout
     sys.stdout = (state_dir / "lambda.log").open("w")
     say = functools.partial(print, file=out, flush=True)

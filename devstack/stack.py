@@ -49,6 +49,7 @@ class StackConfig:
     runner: bool = True
     resync_seconds: float = 600.0
     extra_env: dict[str, str] = field(default_factory=dict)  # on top of the template's function environment
+    log_level: str | None = None  # template LogLevel (the functions' ApplicationLogLevel); None: its default, INFO
     # The devstack shows NLBs by default (moto's Classic ELB has gaps, see tests/integration/test_clb_driver.py);
     # the template's own default is clb, as cloud-provider-aws.
     default_lb_type: str = "nlb"
@@ -131,6 +132,8 @@ class Stack:
         }
         if cfg.concurrency is not None:
             params["ServiceReconcilerConcurrency"] = cfg.concurrency
+        if cfg.log_level is not None:
+            params["LogLevel"] = cfg.log_level
         if cfg.routes:
             params.update(EnableRoutes="true", ClusterCidrs=",".join(cfg.cluster_cidrs))
         self.facts = load_template(cfg.template, params, region=cfg.region)

@@ -46,8 +46,8 @@ def test_malformed_deltas_reach_the_dlq(endpoint: str, sqs: Any, tmp_path: Path)
             "KUBECONFIG": str(tmp_path / "kubeconfig"),
         },
     )
-    # A new execution environment by default: the layer's packages are imported afresh in the function env
-    # (module-level Powertools Metrics/Logger and the cached runtime), whatever imported ccm earlier.
+    # Every execution environment is a new process: the layer's packages are imported afresh in the function env
+    # (module-level Powertools Metrics/Logger and the cached runtime), whatever this test session imported.
     assert runner.fresh_modules == ("ccm",)
     records = json.loads((ROOT / "events" / "malformed.json").read_text())["Records"]
     for rec in records:
