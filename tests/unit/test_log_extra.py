@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ccm.log_fields import RESERVED, log_fields
+from ccm.logs import RESERVED, log_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("layers/ccm/ccm", "functions", "watcher", "devstack", "bench")
@@ -32,7 +32,7 @@ def _extra_problems(path: Path) -> list[str]:
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "log_fields":
                 continue  # built at run time, made safe by the helper
             if not isinstance(value, ast.Dict):
-                problems.append(f"{where}: extra is not a dict literal; wrap it in ccm.log_fields.log_fields()")
+                problems.append(f"{where}: extra is not a dict literal; wrap it in ccm.logs.log_fields()")
                 continue
             for key in value.keys:
                 if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):

@@ -117,7 +117,7 @@ class RouteReconciler:
         for name in plan.routed_nodes:
             if name not in unsettled:
                 self._settle(by_name[name], failures.get(name, {}), out)
-        # "created" would be refused by logging (a LogRecord attribute; see ccm.log_fields).
+        # "created" would be refused by logging (a LogRecord attribute; see ccm.logs).
         log.info(
             "routes reconciled",
             extra={

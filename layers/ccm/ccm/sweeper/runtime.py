@@ -23,7 +23,7 @@ from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
 from ccm.contracts import KubeObject
 from ccm.k8s.kube import Kube, KubeRest
-from ccm.log_fields import log_fields
+from ccm.logs import log_fields
 from ccm.per_environment import PerEnvironment
 from ccm.service.lbconfig import LbType
 from ccm.sweeper import drift as d
