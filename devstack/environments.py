@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,7 @@ def lambda_environment(
 class Worker:
     """One execution environment (a process); invoke() is called by one poller thread at a time."""
 
-    def __init__(self, fn: FunctionFacts, env: Mapping[str, str], logs: list[LogLine], lock: threading.Lock) -> None:
+    def __init__(self, fn: FunctionFacts, env: Mapping[str, str], logs: deque[LogLine], lock: threading.Lock) -> None:
         self.function = fn
         read_fd, write_fd = os.pipe()
         paths = [str(fn.code_dir), *(str(d) for d in fn.layer_dirs)]
@@ -169,7 +170,7 @@ class Worker:
                 self._answers.put(json.loads(line))
         self._answers.put(_EOF)
 
-    def _read_logs(self, logs: list[LogLine], lock: threading.Lock) -> None:
+    def _read_logs(self, logs: deque[LogLine], lock: threading.Lock) -> None:
         assert self.process.stdout is not None
         for text in self.process.stdout:
             with lock:
@@ -179,7 +180,7 @@ class Worker:
 class Pool:
     """The execution environments of one function: idle ones are reused, a new one is made when none is idle."""
 
-    def __init__(self, fn: FunctionFacts, env: Mapping[str, str], logs: list[LogLine], lock: threading.Lock):
+    def __init__(self, fn: FunctionFacts, env: Mapping[str, str], logs: deque[LogLine], lock: threading.Lock):
         self.function, self.env, self._logs, self._log_lock = fn, dict(env), logs, lock
         self._idle: list[Worker] = []
         self._all: list[Worker] = []

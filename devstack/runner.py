@@ -41,6 +41,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from devstack.queues import batch_item_failures, lambda_record, queue_arn
 from devstack.template import FunctionFacts, SqsEventSource, TemplateFacts
 
 log = logging.getLogger(__name__)
+MAX_LOG_LINES = 500_000
 
 __all__ = ["EventSourceRunner", "Invocation", "LambdaContext", "LogLine"]
 _QUEUE_COUNTS = (
@@ -126,7 +128,8 @@ class EventSourceRunner:
         # Metrics read POWERTOOLS_* at construction, cached runtimes and clients) is built in the function's env.
         self.fresh_modules = tuple(sorted(layer_packages))
         self._pools: dict[str, Pool] = {}
-        self._logs: list[LogLine] = []
+        # Bounded (a soak runs for hours); the oldest lines go first, as a log retention period would.
+        self._logs: deque[LogLine] = deque(maxlen=MAX_LOG_LINES)
         self._logs_lock = threading.Lock()
         pollers = sum(self._concurrency(e) for f in self._functions for e in f.sqs_events)
         # boto3 clients are thread-safe; the pool must fit every poller or urllib3 discards connections.
