@@ -203,7 +203,7 @@ class EventSourceRunner:
         self._close_pools()
 
     def _close_pools(self) -> None:
-        for pool in self._pools.values():
+        for pool in list(self._pools.values()):
             pool.close()
 
     def _pool(self, fn: FunctionFacts) -> Pool:
@@ -249,6 +249,20 @@ class EventSourceRunner:
 
     def resume(self) -> None:
         self._running.set()
+
+    def invoke(self, function: str, event: dict[str, Any]) -> dict[str, Any] | None:
+        """A direct (synchronous) invocation of any function of the template, e.g. what the sweeper's schedule
+        sends, in one of its execution environments: {"response": ...} or {"error": "..."}; None if it ran past
+        the function's Timeout (its environment was killed)."""
+        if not self._started:
+            raise RuntimeError("start the runner first")
+        fn = self.facts.functions[function]
+        missing = [k for k in fn.unresolved if k not in self.env_overrides]
+        if missing:
+            raise ValueError(f"{function}: environment {missing} unresolved; pass the parameters/queues")
+        with self._lock:
+            pool = self._pools.get(function) or self._pools.setdefault(function, self._pool(fn))
+        return self._invoke_in_environment(pool, event, str(uuid.uuid4()))
 
     def abandon_next(self, n: int, function: str | None = None) -> None:
         """Simulate Lambda timeouts: the next n invocations (of `function`, or any) are killed mid-batch: the

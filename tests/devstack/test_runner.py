@@ -456,3 +456,12 @@ def test_remaining_time_counts_down(make_stack: Any) -> None:
     (line,) = stack.seen()
     assert 0 < line["remaining_ms"] <= 1000
     assert line["remaining_end_ms"] <= line["remaining_ms"] - 350  # Timeout 1 s, after a 0.4 s sleep
+
+
+def test_a_direct_invocation_runs_in_an_execution_environment_of_the_function(make_stack: Any) -> None:
+    stack = make_stack()
+    stack.runner.start()
+    assert stack.runner.invoke("Worker", {"Records": []}) == {"response": {"batchItemFailures": []}}
+    assert stack.runner.invocations == 0  # not an event source's invocation
+    messages = [r.get("message") for r in stack.runner.log_records("Worker")]
+    assert "info line" in messages  # the handler ran in the function's environment, its log stream kept

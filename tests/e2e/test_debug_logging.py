@@ -1,11 +1,14 @@
-"""Every SQS-driven function at LogLevel=DEBUG (the runbook's advice when debugging): the runtime puts the root
+"""Every function at LogLevel=DEBUG (the runbook's advice when debugging): the runtime puts the root
 logger at DEBUG in each execution environment, so every `extra=` and every library's DEBUG line is really formatted.
-The functions still converge without a failed invocation, and no credential reaches their logs: EKS tokens are
-minted here (kube_auth="eks") and botocore, at DEBUG, would log the signature of every signed request."""
+The functions still converge without a failed invocation (the sweeper is invoked as its schedule would), and no
+credential reaches their logs: EKS tokens are minted here (kube_auth="eks") and botocore, at DEBUG, would log the
+signature of every signed request."""
 
 from __future__ import annotations
 
 import re
+import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -38,12 +41,16 @@ def test_every_function_at_debug_converges_and_logs_no_credential(stack: Stack) 
     stack.wait_for(lambda: hostname(stack, "debug-web"), timeout=60, what="debug-web hostname")
     delete_service(stack, "debug-web", timeout=60)
     stack.runner.drain(60)
+    scheduled = {"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events"}
+    swept = stack.runner.invoke("SweeperFunction", {**scheduled, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    assert swept is not None and "error" not in swept and swept["response"]["failed"] == 0, swept
 
-    for function in FUNCTIONS:
-        invocations = [i for i in stack.runner.log if i.function == function]
-        assert invocations, f"{function} never ran"
-        failed = [i for i in invocations if i.outcome not in ("success", "partial")]
-        assert failed == [], failed
+    for function in (*FUNCTIONS, "SweeperFunction"):
+        if function != "SweeperFunction":  # invoked directly above, not through a queue
+            invocations = [i for i in stack.runner.log if i.function == function]
+            assert invocations, f"{function} never ran"
+            failed = [i for i in invocations if i.outcome not in ("success", "partial")]
+            assert failed == [], failed
         levels = {r.get("level") for r in stack.runner.log_records(function)}
         assert "DEBUG" in levels, f"{function}: no DEBUG line, so the root logger was not at DEBUG"
     logged = "\n".join(stack.runner.logs())
