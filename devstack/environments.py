@@ -22,8 +22,9 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from devstack.lambda_env import ANSWER_MARKER
 from devstack.template import FunctionFacts
 
 WORKER = Path(__file__).with_name("lambda_env.py")
@@ -42,6 +43,27 @@ class LogLine:
     environment: int  # the worker's pid
     at: float  # time.time() when read
     text: str
+
+
+class LogBook:
+    """The functions' log lines, as CloudWatch Logs keeps them: bounded (a soak runs for hours; the oldest go
+    first, as with a retention period) and, for a developer watching the devstack, echoed to a stream."""
+
+    def __init__(self, max_lines: int, echo: TextIO | None = None) -> None:
+        self._lines: deque[LogLine] = deque(maxlen=max_lines)
+        self._lock = threading.Lock()
+        self.echo = echo
+
+    def append(self, line: LogLine) -> None:
+        with self._lock:
+            self._lines.append(line)
+            if self.echo is not None:
+                self.echo.write(f"{line.function} {line.text}\n")
+                self.echo.flush()
+
+    def texts(self, function: str | None = None) -> list[str]:
+        with self._lock:
+            return [x.text for x in self._lines if function is None or x.function == function]
 
 
 def lambda_environment(
@@ -77,7 +99,7 @@ def lambda_environment(
 class Worker:
     """One execution environment (a process); invoke() is called by one poller thread at a time."""
 
-    def __init__(self, fn: FunctionFacts, env: Mapping[str, str], logs: deque[LogLine], lock: threading.Lock) -> None:
+    def __init__(self, fn: FunctionFacts, env: Mapping[str, str], logs: LogBook) -> None:
         self.function = fn
         read_fd, write_fd = os.pipe()
         paths = [str(fn.code_dir), *(str(d) for d in fn.layer_dirs)]
@@ -97,14 +119,17 @@ class Worker:
             os.close(write_fd)
         self.pid = self.process.pid
         self.lock = threading.Lock()  # one request at a time: an invocation or a probe
+        self._logged = threading.Condition()  # answers whose log lines were all read (markers seen)
+        self._markers = self._answered = 0
         self._answers: queue.Queue[Any] = queue.Queue()
         self._results = os.fdopen(read_fd, encoding="utf-8")
         threading.Thread(target=self._read_answers, name=f"env-{self.pid}-answers", daemon=True).start()
-        threading.Thread(target=self._read_logs, args=(logs, lock), name=f"env-{self.pid}-logs", daemon=True).start()
+        threading.Thread(target=self._read_logs, args=(logs,), name=f"env-{self.pid}-logs", daemon=True).start()
 
     def wait_ready(self, timeout: float) -> None:
         answer = self._next(timeout)
         if isinstance(answer, dict) and answer.get("ready"):
+            self._logs_read()
             return
         self.kill()
         why = "init timed out" if answer is None else "exited" if answer is _EOF else answer.get("init_error")
@@ -138,6 +163,7 @@ class Worker:
             return None
         if answer is _EOF:
             return {"error": f"Runtime.ExitError: exited with {self.process.wait()}"}
+        self._logs_read()
         result: dict[str, Any] = answer
         return result
 
@@ -170,18 +196,28 @@ class Worker:
                 self._answers.put(json.loads(line))
         self._answers.put(_EOF)
 
-    def _read_logs(self, logs: deque[LogLine], lock: threading.Lock) -> None:
+    def _read_logs(self, logs: LogBook) -> None:
         assert self.process.stdout is not None
         for text in self.process.stdout:
-            with lock:
+            if text.rstrip("\n") == ANSWER_MARKER:
+                with self._logged:
+                    self._markers += 1
+                    self._logged.notify_all()
+            else:
                 logs.append(LogLine(self.function.logical_id, self.pid, time.time(), text.rstrip("\n")))
+
+    def _logs_read(self, timeout: float = 5) -> None:
+        """Wait until the log lines written before the last answer are in the log book (two pipes, two threads)."""
+        self._answered += 1
+        with self._logged:
+            self._logged.wait_for(lambda: self._markers >= self._answered, timeout)
 
 
 class Pool:
     """The execution environments of one function: idle ones are reused, a new one is made when none is idle."""
 
-    def __init__(self, fn: FunctionFacts, env: Mapping[str, str], logs: deque[LogLine], lock: threading.Lock):
-        self.function, self.env, self._logs, self._log_lock = fn, dict(env), logs, lock
+    def __init__(self, fn: FunctionFacts, env: Mapping[str, str], logs: LogBook):
+        self.function, self.env, self._logs = fn, dict(env), logs
         self._idle: list[Worker] = []
         self._all: list[Worker] = []
         self._lock = threading.Lock()
@@ -191,7 +227,7 @@ class Pool:
     def spawn(self) -> Worker:
         """A new environment, not yet initialised (wait_ready() on it)."""
         env = {**self.env, "AWS_LAMBDA_LOG_STREAM_NAME": time.strftime("%Y/%m/%d/[$LATEST]") + uuid.uuid4().hex}
-        worker = Worker(self.function, env, self._logs, self._log_lock)
+        worker = Worker(self.function, env, self._logs)
         with self._lock:
             self._all.append(worker)
             self.cold_starts += 1

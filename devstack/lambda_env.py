@@ -111,7 +111,13 @@ def setup_logging(log_format: str | None, log_level: str | None) -> None:
     root.addHandler(handler)
 
 
+# Written to stdout before each answer: once the runner has read it, it holds every log line of the request.
+ANSWER_MARKER = "\x1edevstack-answer"
+
+
 def _answer(out: TextIO, answer: dict[str, Any]) -> None:
+    sys.stdout.write(ANSWER_MARKER + "\n")
+    sys.stdout.flush()
     out.write(json.dumps(answer) + "\n")
     out.flush()
 

@@ -41,17 +41,16 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from botocore.config import Config
 
 from devstack.aws import client as aws_client
-from devstack.environments import InitError, LogLine, Pool, lambda_environment
+from devstack.environments import InitError, LogBook, LogLine, Pool, lambda_environment
 from devstack.lambda_env import LambdaContext
 from devstack.queues import batch_item_failures, lambda_record, queue_arn
 from devstack.template import FunctionFacts, SqsEventSource, TemplateFacts
@@ -107,12 +106,14 @@ class EventSourceRunner:
         functions: Iterable[str] | None = None,
         wait_time_seconds: int = 1,
         default_concurrency: int = 5,
+        echo_logs: TextIO | None = None,
     ) -> None:
         """facts: the template (parameters applied); queue_urls: {queue logical id: URL} from create_queues.
 
         sqs_client or endpoint_url: where the queues live. env_overrides go on top of the template environment
         (e.g. AWS_ENDPOINT_URL, KUBECONFIG). functions: logical ids to run (default: all with SQS events).
         default_concurrency: pollers for an event without ScalingConfig (Lambda would scale up to 1000).
+        echo_logs: also write every log line of the functions there ("<logical id> <line>"), e.g. sys.stdout.
         """
         if sqs_client is None and endpoint_url is None:
             raise ValueError("give sqs_client or endpoint_url (the runner never talks to real AWS by default)")
@@ -128,9 +129,7 @@ class EventSourceRunner:
         # Metrics read POWERTOOLS_* at construction, cached runtimes and clients) is built in the function's env.
         self.fresh_modules = tuple(sorted(layer_packages))
         self._pools: dict[str, Pool] = {}
-        # Bounded (a soak runs for hours); the oldest lines go first, as a log retention period would.
-        self._logs: deque[LogLine] = deque(maxlen=MAX_LOG_LINES)
-        self._logs_lock = threading.Lock()
+        self._logs = LogBook(MAX_LOG_LINES, echo=echo_logs)
         pollers = sum(self._concurrency(e) for f in self._functions for e in f.sqs_events)
         # boto3 clients are thread-safe; the pool must fit every poller or urllib3 discards connections.
         self._sqs = sqs_client or aws_client(
@@ -209,7 +208,7 @@ class EventSourceRunner:
     def _pool(self, fn: FunctionFacts) -> Pool:
         name = self._function_name(fn)
         env = lambda_environment(fn, name, self.region, self.env_overrides, log_stream="")
-        return Pool(fn, env, self._logs, self._logs_lock)
+        return Pool(fn, env, self._logs)
 
     def __enter__(self) -> EventSourceRunner:
         self.start()
@@ -283,8 +282,7 @@ class EventSourceRunner:
 
     def logs(self, function: str | None = None) -> list[str]:
         """What the execution environments of `function` (a logical id; None: all) printed, line by line."""
-        with self._logs_lock:
-            return [x.text for x in self._logs if function is None or x.function == function]
+        return self._logs.texts(function)
 
     def log_records(self, function: str | None = None) -> list[dict[str, Any]]:
         """The JSON log lines (LogFormat JSON, Powertools, EMF) of `function`, parsed."""
@@ -422,15 +420,8 @@ class EventSourceRunner:
             pool.release(worker)  # only if still alive
         if answer is None:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-            with self._logs_lock:  # the line Lambda writes to the function's log stream
-                self._logs.append(
-                    LogLine(
-                        fn.logical_id,
-                        worker.pid,
-                        time.time(),
-                        f"{stamp}Z {request_id} Task timed out after {fn.timeout:.2f} seconds",
-                    )
-                )
+            text = f"{stamp}Z {request_id} Task timed out after {fn.timeout:.2f} seconds"
+            self._logs.append(LogLine(fn.logical_id, worker.pid, time.time(), text))  # what Lambda writes there
         return answer
 
     def _delete(self, source: _Source, records: list[dict[str, Any]]) -> None:

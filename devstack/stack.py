@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -50,6 +50,7 @@ class StackConfig:
     resync_seconds: float = 600.0
     extra_env: dict[str, str] = field(default_factory=dict)  # on top of the template's function environment
     log_level: str | None = None  # template LogLevel (the functions' ApplicationLogLevel); None: its default, INFO
+    function_logs: TextIO | None = None  # also write the functions' log lines there (the runner keeps them anyway)
     # The devstack shows NLBs by default (moto's Classic ELB has gaps, see tests/integration/test_clb_driver.py);
     # the template's own default is clb, as cloud-provider-aws.
     default_lb_type: str = "nlb"
@@ -147,6 +148,7 @@ class Stack:
                 endpoint_url=self.endpoint_url,
                 region=cfg.region,
                 env_overrides=self.lambda_environment(),
+                echo_logs=cfg.function_logs,
             )
             self.runner.start()
         if cfg.watcher:
