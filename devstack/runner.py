@@ -51,8 +51,9 @@ from botocore.config import Config
 
 from devstack.aws import client as aws_client
 from devstack.environments import InitError, LogBook, LogLine, Pool, lambda_environment
+from devstack.esm import Invocation, check_mappings, classify
 from devstack.lambda_env import LambdaContext
-from devstack.queues import batch_item_failures, lambda_record, queue_arn
+from devstack.queues import lambda_record, queue_arn
 from devstack.template import FunctionFacts, SqsEventSource, TemplateFacts
 
 log = logging.getLogger(__name__)
@@ -64,21 +65,6 @@ _QUEUE_COUNTS = (
     "ApproximateNumberOfMessagesNotVisible",
     "ApproximateNumberOfMessagesDelayed",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Invocation:
-    function: str
-    event_source: str
-    request_id: str
-    batch_size: int
-    groups: tuple[str, ...]  # distinct MessageGroupIds in batch order
-    message_ids: tuple[str, ...]
-    started_at: float  # time.time()
-    duration: float  # seconds
-    outcome: str  # success | partial | error | invalid-response | timeout
-    failed_ids: tuple[str, ...]  # records left on the queue for redelivery
-    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -155,7 +141,7 @@ class EventSourceRunner:
     def start(self) -> None:
         if self._started:
             raise RuntimeError("runner already started")
-        self._check()
+        check_mappings(self._functions, self.facts, self.queue_urls, self.env_overrides)
         self._sources = []
         self._stopping.clear()
         self._pools = {fn.logical_id: self._pool(fn) for fn in self._functions}
@@ -366,22 +352,11 @@ class EventSourceRunner:
         seen = records[: max(1, len(records) // 2)] if abandoned else records
         answer = self._invoke_in_environment(source.pool, {"Records": seen}, request_id)
         duration = time.monotonic() - t0
-        response, error = (answer or {}).get("response"), (answer or {}).get("error")
-
-        failed: set[str] | None  # None = the whole batch failed
-        if answer is None or abandoned:
-            outcome, failed, error = "timeout", None, f"Task timed out after {fn.timeout} seconds"
-        elif error is not None:
-            outcome, failed = "error", None
+        outcome, failed, error = classify(
+            answer, abandoned, fn.timeout, source.event.report_batch_item_failures, set(ids)
+        )
+        if outcome == "error":
             log.warning("%s raised (%s); the whole batch will be retried", fn.logical_id, error)
-        elif source.event.report_batch_item_failures:
-            failed = batch_item_failures(response, set(ids))
-            if failed is None:
-                outcome, error = "invalid-response", f"invalid batch response: {response!r:.200}"
-            else:
-                outcome = "partial" if failed else "success"
-        else:
-            outcome, failed = "success", set()
         delete = [] if failed is None else [r for r in records if r["messageId"] not in failed]
         if delete:
             self._delete(source, delete)
@@ -457,26 +432,6 @@ class EventSourceRunner:
 
     def _concurrency(self, event: SqsEventSource) -> int:
         return event.maximum_concurrency or self.default_concurrency
-
-    def _check(self) -> None:
-        for fn in self._functions:
-            missing = [k for k in fn.unresolved if k not in self.env_overrides]
-            if missing:
-                raise ValueError(f"{fn.logical_id}: environment {missing} unresolved; pass the parameters/queues")
-            if not fn.handler_path.is_file():
-                raise FileNotFoundError(f"{fn.logical_id}: handler file {fn.handler_path} does not exist")
-            for event in fn.sqs_events:
-                queue = self.facts.queues[event.queue_logical_id]
-                if event.queue_logical_id not in self.queue_urls:
-                    raise ValueError(f"no URL for queue {event.queue_logical_id}; create the queues first")
-                # Lambda refuses such an ESM: a batch could reappear while the first invocation still runs.
-                if queue.visibility_timeout < fn.timeout:
-                    raise ValueError(
-                        f"{queue.logical_id} VisibilityTimeout {queue.visibility_timeout}s < {fn.logical_id} "
-                        f"Timeout {fn.timeout}s"
-                    )
-                if queue.fifo and event.batch_size > 10:
-                    raise ValueError(f"{fn.logical_id}/{event.name}: BatchSize > 10 on a FIFO queue")
 
     def _take_abandon(self, function: str) -> bool:
         with self._lock:
