@@ -198,13 +198,16 @@ class Worker:
 
     def _read_logs(self, logs: LogBook) -> None:
         assert self.process.stdout is not None
-        for text in self.process.stdout:
-            if text.rstrip("\n") == ANSWER_MARKER:
+        for raw in self.process.stdout:
+            text = raw.rstrip("\n")
+            answered = text.endswith(ANSWER_MARKER)  # also after output the handler left without a newline
+            text = text.removesuffix(ANSWER_MARKER)
+            if text or not answered:
+                logs.append(LogLine(self.function.logical_id, self.pid, time.time(), text))
+            if answered:
                 with self._logged:
                     self._markers += 1
                     self._logged.notify_all()
-            else:
-                logs.append(LogLine(self.function.logical_id, self.pid, time.time(), text.rstrip("\n")))
 
     def _logs_read(self, timeout: float = 5) -> None:
         """Wait until the log lines written before the last answer are in the log book (two pipes, two threads)."""

@@ -128,6 +128,7 @@ def handler(event, context):
         line.update(start=started, end=time.time(), remaining_end_ms=context.get_remaining_time_in_millis())
     with _lock, open(os.environ["TEST_LOG"], "a") as out:
         out.writelines(json.dumps(line) + "\\n" for line in lines)
+    print("tail without newline", end="")  # the runtime's stdout is unbuffered: this still reaches the log
     if explode:
         raise RuntimeError("boom")
     if bogus:
@@ -480,3 +481,4 @@ def test_a_direct_invocation_runs_in_an_execution_environment_of_the_function(ma
     messages = [r.get("message") for r in stack.runner.log_records("Worker")]
     assert "info line" in messages  # the handler ran in the function's environment, its log stream kept
     assert [line for line in echoed.getvalue().splitlines() if line.startswith("Worker {") and "info line" in line]
+    assert "tail without newline" in stack.runner.logs("Worker")
