@@ -153,7 +153,7 @@ def print_timed(results: dict[str, Any], out: Any) -> None:
             f"  p50 {lat['p50']} ms, p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms; all converged in "
             f"{lat['converge_s']} s (ours modelled {lat['our_model_s']} s) vs cloud-provider-aws modelled "
             f"{lat['anchor_model_s']} s (1 worker x 19 calls x {lat['injected_latency_ms']} ms x {lat['services']})\n"
-            "  handlers run as threads of ONE process with moto and the emulator (one GIL); the watcher is a process",
+            "  each Lambda environment and the watcher are processes; moto and the emulator share ONE (one GIL)",
             file=out,
         )
     watcher = results.get("watcher") or {}

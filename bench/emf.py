@@ -1,6 +1,6 @@
-"""Collects what the handlers print (Powertools JSON logs and EMF metric blobs) while they run as threads of the
-devstack runner: the per-record figures the functions publish themselves (EndToEndLatency, ReconcileDuration,
-AwsCalls) are read back from their EMF output, exactly what CloudWatch would ingest."""
+"""Collects what the handlers print (Powertools JSON logs and EMF metric blobs), fed from a function's log lines as
+the devstack runner keeps them (EventSourceRunner.logs): the per-record figures the functions publish themselves
+(EndToEndLatency, ReconcileDuration, AwsCalls) are read back from their EMF output, what CloudWatch would ingest."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--cluster-name", default="devstack")
     up.add_argument("--region", default="us-east-1")
     up.add_argument("--concurrency", type=int, help="override the template's MaximumConcurrency")
+    up.add_argument("--log-level", choices=["DEBUG", "INFO", "WARN", "ERROR"], help="the template's LogLevel")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         region=args.region,
         concurrency=args.concurrency,
         state_dir=args.state_file.resolve().parent,
+        log_level=args.log_level,
+        function_logs=sys.stdout,  # every line of every function, prefixed with its logical id
     )
     stack = Stack(config).start()
     try:

@@ -38,12 +38,12 @@ def main() -> int:
         print("kubectl is not on PATH", file=sys.stderr)
         return 1
     state_dir = Path(tempfile.mkdtemp(prefix="ccm-demo-"))
-    # The handlers run in this process and log JSON to stdout, as in Lambda: keep the demo's own output clean.
+    # Keep the demo's own output clean: the stack's and the functions' log lines go to a file.
     out = sys.stdout
     sys.stdout = (state_dir / "lambda.log").open("w")
     say = functools.partial(print, file=out, flush=True)
     say("starting the local stack (Kubernetes API emulator, moto server, queues, watcher, Lambda runner) ...")
-    with Stack(StackConfig(state_dir=state_dir)) as stack:
+    with Stack(StackConfig(state_dir=state_dir, function_logs=sys.stdout)) as stack:
         kc = stack.kubeconfig
         say(kubectl(kc, "get", "nodes", "-o", "wide"))
         manifest = state_dir / "hello.yaml"

@@ -1,7 +1,7 @@
-"""An SQS event source mapping (ESM) stand-in that invokes the real Lambda handlers in this process.
+"""An SQS event source mapping (ESM) stand-in that invokes the real Lambda handlers as Lambda runs them.
 
 Why not moto's own SQS->Lambda trigger: it needs Docker and ignores ReportBatchItemFailures. What this copies from
-the Lambda ESM for SQS (see /work/shared/spec/serverless-notes.md):
+the Lambda ESM for SQS (see serverless-notes.md in the shared spec):
 - up to ScalingConfig.MaximumConcurrency concurrent invocations per event source (one poller thread each, so a
   poller receives, invokes and deletes before it receives again);
 - batches of at most BatchSize (<= 10 for FIFO), records shaped exactly like Lambda's SQS records;
@@ -10,11 +10,15 @@ the Lambda ESM for SQS (see /work/shared/spec/serverless-notes.md):
   the function Timeout deletes nothing. Failed records come back when their visibility timeout expires (SQS does
   that, as does moving them to the DLQ after maxReceiveCount receives).
 
-Deliberate differences: the runner is ONE process standing in for every Lambda function, so os.environ is set
-once at start from the merged environment of all functions (a key two functions set differently gets the last
-value, with a warning); handlers share sys.modules and sys.path (sibling modules with the same name in two code
-dirs would collide); a timed-out handler is not killed, its result is just ignored. Lambda's own variables
-(AWS_LAMBDA_FUNCTION_NAME, AWS_LAMBDA_LOG_LEVEL, ...) are not set, only AWS_REGION/AWS_DEFAULT_REGION.
+And from Lambda itself (devstack/environments.py, devstack/lambda_env.py): every execution environment is its own
+process with only the function's environment (Lambda's reserved variables, LoggingConfig's AWS_LAMBDA_LOG_FORMAT /
+AWS_LAMBDA_LOG_LEVEL, the template's variables, then env_overrides), logging set up as the Python runtime does (the
+root logger at ApplicationLogLevel), the handler imported once per environment and invocations served one at a
+time; concurrent invocations never share module state. An invocation still running at the function's Timeout is
+killed with its environment (the next one starts cold) and its records come back after the visibility timeout;
+context.get_remaining_time_in_millis() counts down for real. What the environments print is kept per function
+(logs(), log_records()), as CloudWatch Logs would keep it. One environment per function is created at start()
+(like the first invocation's init), more when invocations overlap.
 
 For chaos tests: pause()/resume() stop and restart receiving (pause waits until nothing is in flight), and
 abandon_next(n) makes the next n invocations time out mid-batch (see tests/chaos).
@@ -31,27 +35,31 @@ Use::
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import json
 import logging
-import os
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from botocore.config import Config
 
 from devstack.aws import client as aws_client
-from devstack.queues import batch_item_failures, lambda_record, queue_arn
+from devstack.environments import InitError, LogBook, LogLine, Pool, lambda_environment
+from devstack.esm import Invocation, check_mappings, classify
+from devstack.lambda_env import LambdaContext
+from devstack.queues import lambda_record, queue_arn
 from devstack.template import FunctionFacts, SqsEventSource, TemplateFacts
 
 log = logging.getLogger(__name__)
+MAX_LOG_LINES = 500_000
 
-Handler = Callable[[dict[str, Any], Any], Any]
+__all__ = ["EventSourceRunner", "Invocation", "LambdaContext", "LogLine"]
 _QUEUE_COUNTS = (
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesNotVisible",
@@ -60,46 +68,12 @@ _QUEUE_COUNTS = (
 
 
 @dataclass(slots=True)
-class LambdaContext:
-    """The attributes and method of the Python runtime's context object that handlers and Powertools use."""
-
-    function_name: str
-    function_version: str
-    invoked_function_arn: str
-    memory_limit_in_mb: int
-    aws_request_id: str
-    log_group_name: str
-    log_stream_name: str
-    deadline: float  # time.monotonic() value at which the function times out
-    identity: Any = None
-    client_context: Any = None
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self.deadline - time.monotonic()) * 1000))
-
-
-@dataclass(frozen=True, slots=True)
-class Invocation:
-    function: str
-    event_source: str
-    request_id: str
-    batch_size: int
-    groups: tuple[str, ...]  # distinct MessageGroupIds in batch order
-    message_ids: tuple[str, ...]
-    started_at: float  # time.time()
-    duration: float  # seconds
-    outcome: str  # success | partial | error | invalid-response | timeout
-    failed_ids: tuple[str, ...]  # records left on the queue for redelivery
-    error: str | None = None
-
-
-@dataclass(slots=True)
 class _Source:
     function: FunctionFacts
     event: SqsEventSource
     queue_url: str
     queue_arn: str
-    handler: Handler
+    pool: Pool
     concurrency: int
     active: int = 0
     threads: list[threading.Thread] = field(default_factory=list)
@@ -118,17 +92,14 @@ class EventSourceRunner:
         functions: Iterable[str] | None = None,
         wait_time_seconds: int = 1,
         default_concurrency: int = 5,
-        fresh_modules: Iterable[str] | None = None,
+        echo_logs: TextIO | None = None,
     ) -> None:
         """facts: the template (parameters applied); queue_urls: {queue logical id: URL} from create_queues.
 
         sqs_client or endpoint_url: where the queues live. env_overrides go on top of the template environment
         (e.g. AWS_ENDPOINT_URL, KUBECONFIG). functions: logical ids to run (default: all with SQS events).
         default_concurrency: pollers for an event without ScalingConfig (Lambda would scale up to 1000).
-        fresh_modules: top-level package names to import afresh at start and put back at stop (default: the
-        packages of the functions' layers, e.g. "ccm"), so module-level state (Powertools Metrics read POWERTOOLS_*
-        at construction, cached runtimes and clients) is built inside the function environment, as in a new
-        Lambda execution environment, whatever this process (a test session) imported before. () disables it.
+        echo_logs: also write every log line of the functions there ("<logical id> <line>"), e.g. sys.stdout.
         """
         if sqs_client is None and endpoint_url is None:
             raise ValueError("give sqs_client or endpoint_url (the runner never talks to real AWS by default)")
@@ -140,8 +111,11 @@ class EventSourceRunner:
         self.default_concurrency = default_concurrency
         self._functions = self._functions_of(self.facts, functions)
         layer_packages: set[str] = set().union(*(_top_level_names(d) for f in self._functions for d in f.layer_dirs))
-        self.fresh_modules = tuple(sorted(layer_packages) if fresh_modules is None else fresh_modules)
-        self._set_aside_modules: dict[str, Any] = {}
+        # What every execution environment imports afresh (it is a new process): module-level state (Powertools
+        # Metrics read POWERTOOLS_* at construction, cached runtimes and clients) is built in the function's env.
+        self.fresh_modules = tuple(sorted(layer_packages))
+        self._pools: dict[str, Pool] = {}
+        self._logs = LogBook(MAX_LOG_LINES, echo=echo_logs)
         pollers = sum(self._concurrency(e) for f in self._functions for e in f.sqs_events)
         # boto3 clients are thread-safe; the pool must fit every poller or urllib3 discards connections.
         self._sqs = sqs_client or aws_client(
@@ -155,8 +129,6 @@ class EventSourceRunner:
         self._receiving = 0  # pollers inside ReceiveMessage (pause() waits for them too)
         self._abandon: dict[str | None, int] = {}  # function logical id (None: any) -> invocations to time out
         self._started = False
-        self._saved_env: dict[str, str | None] = {}
-        self._added_paths: list[str] = []
         self._log: list[Invocation] = []
         self.invocations = 0
         self.records = 0
@@ -169,26 +141,29 @@ class EventSourceRunner:
     def start(self) -> None:
         if self._started:
             raise RuntimeError("runner already started")
-        self._check()
+        check_mappings(self._functions, self.facts, self.queue_urls, self.env_overrides)
         self._sources = []
         self._stopping.clear()
-        self._set_environment()
-        self._set_aside_modules = _pop_modules(self.fresh_modules)
+        self._pools = {fn.logical_id: self._pool(fn) for fn in self._functions}
         try:
+            # Init phase of one environment per function, all at once (each imports its handler, ~0.5-1 s).
+            with ThreadPoolExecutor(max(1, len(self._pools))) as pool:
+                list(pool.map(lambda p: p.release(p.acquire()), self._pools.values()))
             for fn in self._functions:
-                for path in (fn.code_dir, *fn.layer_dirs):  # like Lambda: /var/task before /opt/python
-                    if str(path) not in sys.path:
-                        sys.path.insert(len(self._added_paths), str(path))
-                        self._added_paths.append(str(path))
-            for fn in self._functions:
-                handler = _load_handler(fn)  # init phase: module code runs once, with the environment set
                 for event in fn.sqs_events:
                     url = self.queue_urls[event.queue_logical_id]
                     self._sources.append(
-                        _Source(fn, event, url, queue_arn(self._sqs, url), handler, self._concurrency(event))
+                        _Source(
+                            fn,
+                            event,
+                            url,
+                            queue_arn(self._sqs, url),
+                            self._pools[fn.logical_id],
+                            self._concurrency(event),
+                        )
                     )
         except BaseException:
-            self._restore()
+            self._close_pools()
             raise
         self._started = True
         for source in self._sources:
@@ -199,7 +174,7 @@ class EventSourceRunner:
                 thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop polling; waits for in-flight invocations to finish (and delete), then restores env/sys.path."""
+        """Stop polling; waits for in-flight invocations to finish (and delete), then ends the environments."""
         if not self._started:
             return
         self._stopping.set()
@@ -210,23 +185,16 @@ class EventSourceRunner:
         if still:
             log.warning("invocations still running after stop(timeout=%s): %s", timeout, still)
         self._started = False
-        self._restore()
+        self._close_pools()
 
-    def _restore(self) -> None:
-        for key, old in self._saved_env.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-        self._saved_env.clear()
-        for path in self._added_paths:
-            if path in sys.path:
-                sys.path.remove(path)
-        self._added_paths.clear()
-        if self.fresh_modules:
-            _pop_modules(self.fresh_modules)  # drop this runner's copies, then bring back what was there before
-            sys.modules.update(self._set_aside_modules)
-            self._set_aside_modules = {}
+    def _close_pools(self) -> None:
+        for pool in list(self._pools.values()):
+            pool.close()
+
+    def _pool(self, fn: FunctionFacts) -> Pool:
+        name = self._function_name(fn)
+        env = lambda_environment(fn, name, self.region, self.env_overrides, log_stream="")
+        return Pool(fn, env, self._logs)
 
     def __enter__(self) -> EventSourceRunner:
         self.start()
@@ -267,6 +235,20 @@ class EventSourceRunner:
     def resume(self) -> None:
         self._running.set()
 
+    def invoke(self, function: str, event: dict[str, Any]) -> dict[str, Any] | None:
+        """A direct (synchronous) invocation of any function of the template, e.g. what the sweeper's schedule
+        sends, in one of its execution environments: {"response": ...} or {"error": "..."}; None if it ran past
+        the function's Timeout (its environment was killed)."""
+        if not self._started:
+            raise RuntimeError("start the runner first")
+        fn = self.facts.functions[function]
+        missing = [k for k in fn.unresolved if k not in self.env_overrides]
+        if missing:
+            raise ValueError(f"{function}: environment {missing} unresolved; pass the parameters/queues")
+        with self._lock:
+            pool = self._pools.get(function) or self._pools.setdefault(function, self._pool(fn))
+        return self._invoke_in_environment(pool, event, str(uuid.uuid4()))
+
     def abandon_next(self, n: int, function: str | None = None) -> None:
         """Simulate Lambda timeouts: the next n invocations (of `function`, or any) are killed mid-batch: the
         handler sees only the first half of the records, nothing is deleted, and every record comes back after
@@ -283,6 +265,28 @@ class EventSourceRunner:
     def log(self) -> list[Invocation]:
         with self._lock:
             return list(self._log)
+
+    def logs(self, function: str | None = None) -> list[str]:
+        """What the execution environments of `function` (a logical id; None: all) printed, line by line."""
+        return self._logs.texts(function)
+
+    def log_records(self, function: str | None = None) -> list[dict[str, Any]]:
+        """The JSON log lines (LogFormat JSON, Powertools, EMF) of `function`, parsed."""
+        records = []
+        for text in self.logs(function):
+            if text.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    records.append(json.loads(text))
+        return records
+
+    def probe(self, function: str, path: str | Path, name: str, *args: Any, every_new: bool = False) -> list[Any]:
+        """For tests: the results of `name`(*args) from the file at `path`, run inside every live execution
+        environment of `function` between its invocations (every_new: and in each environment created later)."""
+        return self._pools[function].probe(str(path), name, list(args), every_new=every_new)
+
+    def environments(self, function: str) -> list[int]:
+        """The pids of every execution environment `function` had so far (a cold start each)."""
+        return self._pools[function].pids
 
     # ---- polling and invoking ----
 
@@ -343,32 +347,16 @@ class EventSourceRunner:
         request_id = str(uuid.uuid4())
         records = [lambda_record(m, source.queue_arn, self.region) for m in messages]
         ids = [r["messageId"] for r in records]
-        context = self._context(fn, request_id)
         started, t0 = time.time(), time.monotonic()
-        error: str | None = None
-        response: Any = None
         abandoned = self._take_abandon(fn.logical_id)
-        try:
-            seen = records[: max(1, len(records) // 2)] if abandoned else records
-            response = source.handler({"Records": seen}, context)
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            log.warning("%s raised; the whole batch will be retried", fn.logical_id, exc_info=True)
+        seen = records[: max(1, len(records) // 2)] if abandoned else records
+        answer = self._invoke_in_environment(source.pool, {"Records": seen}, request_id)
         duration = time.monotonic() - t0
-
-        failed: set[str] | None  # None = the whole batch failed
-        if error is not None:
-            outcome, failed = "error", None
-        elif duration > fn.timeout or abandoned:
-            outcome, failed, error = "timeout", None, f"Task timed out after {fn.timeout} seconds"
-        elif source.event.report_batch_item_failures:
-            failed = batch_item_failures(response, set(ids))
-            if failed is None:
-                outcome, error = "invalid-response", f"invalid batch response: {response!r:.200}"
-            else:
-                outcome = "partial" if failed else "success"
-        else:
-            outcome, failed = "success", set()
+        outcome, failed, error = classify(
+            answer, abandoned, fn.timeout, source.event.report_batch_item_failures, set(ids)
+        )
+        if outcome == "error":
+            log.warning("%s raised (%s); the whole batch will be retried", fn.logical_id, error)
         delete = [] if failed is None else [r for r in records if r["messageId"] not in failed]
         if delete:
             self._delete(source, delete)
@@ -388,6 +376,29 @@ class EventSourceRunner:
             error=error,
         )
 
+    def _invoke_in_environment(self, pool: Pool, event: dict[str, Any], request_id: str) -> dict[str, Any] | None:
+        """{"response": ...} or {"error": ...}; None when the invocation ran past the Timeout (environment killed)."""
+        fn = pool.function
+        try:
+            worker = pool.acquire()  # a cold start when none is idle; init time does not count against Timeout
+        except InitError as err:
+            return {"error": f"Runtime.ImportModuleError: {err}"}
+        request = {
+            "event": event,
+            "request_id": request_id,
+            "remaining_ms": fn.timeout * 1000,
+            "context": self._context(fn),
+        }
+        try:
+            answer = worker.invoke(request, fn.timeout)
+        finally:
+            pool.release(worker)  # only if still alive
+        if answer is None:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+            text = f"{stamp}Z {request_id} Task timed out after {fn.timeout:.2f} seconds"
+            self._logs.append(LogLine(fn.logical_id, worker.pid, time.time(), text))  # what Lambda writes there
+        return answer
+
     def _delete(self, source: _Source, records: list[dict[str, Any]]) -> None:
         entries = [{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(records)]
         try:
@@ -398,18 +409,19 @@ class EventSourceRunner:
         for failure in result.get("Failed", []):
             log.warning("could not delete a record: %s", failure)
 
-    def _context(self, fn: FunctionFacts, request_id: str) -> LambdaContext:
-        name = f"{self.facts.stack_name}-{fn.logical_id}"
-        return LambdaContext(
-            function_name=name,
-            function_version="$LATEST",
-            invoked_function_arn=f"arn:aws:lambda:{self.region}:{self.facts.account_id}:function:{name}",
-            memory_limit_in_mb=fn.memory_size,
-            aws_request_id=request_id,
-            log_group_name=f"/aws/lambda/{name}",
-            log_stream_name=time.strftime("%Y/%m/%d/[$LATEST]") + uuid.uuid4().hex,
-            deadline=time.monotonic() + fn.timeout,
-        )
+    def _function_name(self, fn: FunctionFacts) -> str:
+        return f"{self.facts.stack_name}-{fn.logical_id}"
+
+    def _context(self, fn: FunctionFacts) -> dict[str, Any]:
+        """The context fields the environment does not know itself (it adds the request id, stream and deadline)."""
+        name = self._function_name(fn)
+        return {
+            "function_name": name,
+            "function_version": "$LATEST",
+            "invoked_function_arn": f"arn:aws:lambda:{self.region}:{self.facts.account_id}:function:{name}",
+            "memory_limit_in_mb": fn.memory_size,
+            "log_group_name": f"/aws/lambda/{name}",
+        }
 
     # ---- helpers ----
 
@@ -420,38 +432,6 @@ class EventSourceRunner:
 
     def _concurrency(self, event: SqsEventSource) -> int:
         return event.maximum_concurrency or self.default_concurrency
-
-    def _check(self) -> None:
-        for fn in self._functions:
-            missing = [k for k in fn.unresolved if k not in self.env_overrides]
-            if missing:
-                raise ValueError(f"{fn.logical_id}: environment {missing} unresolved; pass the parameters/queues")
-            if not fn.handler_path.is_file():
-                raise FileNotFoundError(f"{fn.logical_id}: handler file {fn.handler_path} does not exist")
-            for event in fn.sqs_events:
-                queue = self.facts.queues[event.queue_logical_id]
-                if event.queue_logical_id not in self.queue_urls:
-                    raise ValueError(f"no URL for queue {event.queue_logical_id}; create the queues first")
-                # Lambda refuses such an ESM: a batch could reappear while the first invocation still runs.
-                if queue.visibility_timeout < fn.timeout:
-                    raise ValueError(
-                        f"{queue.logical_id} VisibilityTimeout {queue.visibility_timeout}s < {fn.logical_id} "
-                        f"Timeout {fn.timeout}s"
-                    )
-                if queue.fifo and event.batch_size > 10:
-                    raise ValueError(f"{fn.logical_id}/{event.name}: BatchSize > 10 on a FIFO queue")
-
-    def _set_environment(self) -> None:
-        env: dict[str, str] = {"AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region}
-        for fn in self._functions:
-            for key, value in fn.environment.items():
-                if key in env and env[key] != value and key not in self.env_overrides:
-                    log.warning("functions disagree on %s; using %s's value %r", key, fn.logical_id, value)
-                env[key] = value
-        env.update(self.env_overrides)
-        for key, value in env.items():
-            self._saved_env.setdefault(key, os.environ.get(key))
-            os.environ[key] = value
 
     def _take_abandon(self, function: str) -> bool:
         with self._lock:
@@ -488,29 +468,3 @@ def _top_level_names(layer_dir: Path) -> frozenset[str]:
         for p in layer_dir.iterdir()
         if (p.suffix == ".py" and p.is_file()) or (p / "__init__.py").is_file()
     )
-
-
-def _pop_modules(packages: tuple[str, ...]) -> dict[str, Any]:
-    names = [n for n in sys.modules if any(n == p or n.startswith(p + ".") for p in packages)]
-    return {n: sys.modules.pop(n) for n in names}
-
-
-def _load_handler(fn: FunctionFacts) -> Handler:
-    """Import the handler file under a name unique to the function (every function has its own app.py).
-
-    The file is executed again on every runner start (a cold start); modules it imports (the ccm layer) stay
-    cached in sys.modules like in any Python process, unless the runner was given them as fresh_modules.
-    """
-    module_name = f"devstack_fn_{fn.logical_id}_{fn.handler_module.replace('.', '_')}"
-    spec = importlib.util.spec_from_file_location(module_name, fn.handler_path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {fn.handler_path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and typing look modules up here while executing
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    handler: Handler = getattr(module, fn.handler_function)
-    return handler

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -51,6 +51,8 @@ class StackConfig:
     runner: bool = True
     resync_seconds: float = 600.0
     extra_env: dict[str, str] = field(default_factory=dict)  # on top of the template's function environment
+    log_level: str | None = None  # template LogLevel (the functions' ApplicationLogLevel); None: its default, INFO
+    function_logs: TextIO | None = None  # also write the functions' log lines there (the runner keeps them anyway)
     # The devstack shows NLBs by default (moto's Classic ELB has gaps, see tests/integration/test_clb_driver.py);
     # the template's own default is clb, as cloud-provider-aws.
     default_lb_type: str = "nlb"
@@ -138,6 +140,8 @@ class Stack:
         }
         if cfg.concurrency is not None:
             params["ServiceReconcilerConcurrency"] = cfg.concurrency
+        if cfg.log_level is not None:
+            params["LogLevel"] = cfg.log_level
         if cfg.routes:
             params.update(EnableRoutes="true", ClusterCidrs=",".join(cfg.cluster_cidrs))
         self.facts = load_template(cfg.template, params, region=cfg.region)
@@ -151,6 +155,7 @@ class Stack:
                 endpoint_url=self.endpoint_url,
                 region=cfg.region,
                 env_overrides=self.lambda_environment(),
+                echo_logs=cfg.function_logs,
             )
             self.runner.start()
         if cfg.watcher:

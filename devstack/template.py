@@ -66,6 +66,9 @@ class FunctionFacts:
     sqs_events: tuple[SqsEventSource, ...]
     # Env vars whose value needs a resource name or parameter not given yet (value is a "${Name}" placeholder).
     unresolved: tuple[str, ...] = ()
+    # LoggingConfig: LogFormat (Text or JSON); ApplicationLogLevel applies only to JSON (INFO by default there).
+    log_format: str = "Text"
+    application_log_level: str = ""
 
     @property
     def handler_path(self) -> Path:
@@ -264,6 +267,10 @@ def _function(
         res = resources.get(ref or "")
         if res and res.get("Type") == "AWS::Serverless::LayerVersion":
             layer_dirs.append((base / str(res["Properties"]["ContentUri"])).resolve())
+    # SAM merges a function's LoggingConfig map into the Globals' one.
+    logging_config = {**(globals_fn.get("LoggingConfig") or {}), **(props.get("LoggingConfig") or {})}
+    log_format = str(r.value(logging_config.get("LogFormat", "Text")))
+    log_level = str(r.value(logging_config.get("ApplicationLogLevel", "INFO"))) if log_format == "JSON" else ""
     events = tuple(
         _sqs_event(name, ev.get("Properties") or {}, r)
         for name, ev in (props.get("Events") or {}).items()
@@ -282,6 +289,8 @@ def _function(
         layer_dirs=tuple(layer_dirs),
         sqs_events=events,
         unresolved=tuple(unresolved),
+        log_format=log_format,
+        application_log_level=log_level,
     )
 
 

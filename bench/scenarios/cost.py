@@ -178,8 +178,8 @@ def run(results: dict[str, Any]) -> dict[str, Any]:
     calls_per_record = {op: _lb_calls(nlb, op)[0] for op in ops}
     call_ms = float(latency["injected_latency_ms"])
     # Per-record work besides AWS's latency (Kubernetes reads/writes, parsing, planning, and moto's own time, so
-    # an overestimate): the single-threaded run of aws_calls. The latency scenario's durations are not used: its
-    # handlers share one process (GIL) with moto and the emulator, which a Lambda environment does not.
+    # an overestimate): the single-threaded run of aws_calls. The latency scenario's durations are not used: there
+    # moto and the emulator serve every environment from one process (GIL), which AWS does not.
     base_ms = nlb["duration_ms"]
     alarms, dashboards = template_counts()
     measured = {

@@ -7,8 +7,9 @@ the load balancer is created in moto -> status is written to the emulator. `late
 EndToEndLatency metric (watcher observed -> status written), read back from its EMF output; `create_to_status_ms`
 cross-checks it from the emulator's request log (Service created -> status PATCH received).
 
-The runner hosts every handler as a thread of this one process, together with the moto server and the emulator
-(one GIL); the watcher is its own process. Injected sleeps release the GIL, moto's CPU work does not.
+The runner gives every execution environment its own process (as Lambda does); the moto server and the emulator
+share this one (one GIL), the watcher is its own process. The EMF lines are read from the service function's log
+stream (runner.logs), what CloudWatch would ingest.
 
 AWS's API rate limits are on (devstack.aws_faithful token buckets with the documented ELB and EC2 figures): a burst
 of creations is throttled as it would be in a real account, and the throttled attempts are reported.
@@ -16,7 +17,6 @@ of creations is throttled as it would be in a real account, and the throttled at
 
 from __future__ import annotations
 
-import contextlib
 import math
 import tempfile
 import time
@@ -76,7 +76,7 @@ def our_model_s(services: int, latency_ms: float, calls: float, concurrency: int
 def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dict[str, Any]:
     capture = EmfCapture()
     names = [f"lat-{i:04d}" for i in range(services)]
-    with tempfile.TemporaryDirectory(prefix="bench-latency-") as state, contextlib.redirect_stdout(capture):
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as state:
         config = StackConfig(
             nodes=3,
             state_dir=Path(state),
@@ -95,9 +95,8 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
             shared_group = stack.aws("ec2").create_security_group(
                 GroupName="bench-shared-lb", Description="bench: shared LB group", VpcId=stack.world.vpc_id
             )["GroupId"]
-            capture.reset()
             emulator.clear_log()
-            first_invocation = len(runner.log)
+            first_invocation, first_line = len(runner.log), len(runner.logs(FUNCTION))
             created: dict[str, float] = {}
             started = time.time()
             for name in names:
@@ -115,6 +114,8 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
             invocations = [i for i in runner.log[first_invocation:] if i.function == FUNCTION]
             peak = runner.peak_concurrency.get(FUNCTION, 0)
             throttled = dict(sorted(aws_faithful.throttled.items()))
+            for line in runner.logs(FUNCTION)[first_line:]:
+                capture.write(line + "\n")
     status_at: dict[str, float] = {}
     for entry in requests:
         parts = entry["path"].rstrip("/").split("/")
@@ -150,8 +151,8 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
         "our_model_s": our_model_s(services, latency_ms, calls_per_create, concurrency),
         "notes": f"one run on this machine; {services} Services x 2 TCP ports (NLB) created at once, every AWS call "
         f"of our functions +{latency_ms} ms (injected before send), ESM MaximumConcurrency {concurrency}. The runner "
-        "hosts the handlers as threads of one Python process with moto and the emulator (one GIL); the watcher is "
-        f"its own process. anchor_model_s = 1 worker x {CLOUD_PROVIDER_AWS['nlb']['create']} calls x {latency_ms} "
+        "runs each execution environment as its own process; moto and the emulator share one (one GIL); the watcher "
+        f"is its own process. anchor_model_s = 1 worker x {CLOUD_PROVIDER_AWS['nlb']['create']} calls x {latency_ms} "
         f"ms x {services}; our_model_s = ceil({services}/{concurrency}) x our max calls per create x {latency_ms} ms. "
         "Every Service names one shared security group (service.beta.kubernetes.io/aws-load-balancer-security-groups):"
         " with a managed group per LB the node group would need one rule per LB, over the default limit of 60. "

@@ -24,11 +24,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         concurrency=3,
         resync_seconds=3600,  # no periodic repair: convergence must come from the deltas themselves
         aws_fault_proxy=True,
-        extra_env={"HOST_UPDATE_BUCKET_SECONDS": str(BUCKET_S)},
+        # The functions' AWS clients read the faults file named in their environment (each is its own process).
+        extra_env={"HOST_UPDATE_BUCKET_SECONDS": str(BUCKET_S), faults.ENV_VAR: str(faults_file)},
     )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(faults.ENV_VAR, str(faults_file))
-        with Stack(config) as running:
-            running.faults_file = faults_file  # type: ignore[attr-defined]
-            running.baseline = aws_view(running).tagged  # type: ignore[attr-defined]  # the seeded network
-            yield running
+    with Stack(config) as running:
+        running.faults_file = faults_file  # type: ignore[attr-defined]
+        running.baseline = aws_view(running).tagged  # type: ignore[attr-defined]  # the seeded network
+        yield running

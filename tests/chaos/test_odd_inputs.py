@@ -68,9 +68,7 @@ def events_of(stack: Stack, ns: str, name: str) -> list[tuple[str, str, str]]:
     return [(e["type"], e["reason"], e["message"]) for e in items if e["involvedObject"]["name"] == name]
 
 
-def test_bodies_that_are_not_deltas_are_dead_lettered_without_blocking_their_batch(
-    stack: Stack, ns: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_bodies_that_are_not_deltas_are_dead_lettered_without_blocking_their_batch(stack: Stack, ns: str) -> None:
     assert stack.runner is not None
     sqs, url = w.aws(stack, "sqs"), stack.queue_urls["ServicesQueue"]
     # Stop the Lambdas so the neighbour's delta and the bad bodies arrive in the same batch.
@@ -100,8 +98,13 @@ def test_bodies_that_are_not_deltas_are_dead_lettered_without_blocking_their_bat
         received += sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10).get("Messages", [])
     assert sorted(m["Body"] for m in received) == sorted(BAD_BODIES.values())
     sqs.purge_queue(QueueUrl=dlq)
-    logged = [r for r in caplog.records if r.getMessage() == "rejecting malformed message"]
-    reasons = " | ".join(str(getattr(r, "reason", "")) for r in logged)
+    # The service function's log stream (Powertools JSON lines, extra= fields at the top level).
+    logged = [
+        r
+        for r in stack.runner.log_records("ServiceReconcilerFunction")
+        if r.get("message") == "rejecting malformed message"
+    ]
+    reasons = " | ".join(str(r.get("reason", "")) for r in logged)
     assert "body is not JSON" in reasons and "does not match delta schema" in reasons
     assert "Service key must be <namespace>/<name>" in reasons
 

@@ -47,8 +47,8 @@ def test_malformed_deltas_reach_the_dlq(endpoint: str, sqs: Any, tmp_path: Path)
             "KUBECONFIG": str(tmp_path / "kubeconfig"),
         },
     )
-    # A new execution environment by default: the layer's packages are imported afresh in the function env
-    # (module-level Powertools Metrics/Logger and the cached runtime), whatever imported ccm earlier.
+    # Every execution environment is a new process: the layer's packages are imported afresh in the function env
+    # (module-level Powertools Metrics/Logger and the cached runtime), whatever this test session imported.
     assert runner.fresh_modules == ("ccm",)
     records = json.loads((ROOT / "events" / "malformed.json").read_text())["Records"]
     for rec in records:
@@ -63,5 +63,12 @@ def test_malformed_deltas_reach_the_dlq(endpoint: str, sqs: Any, tmp_path: Path)
 
     assert runner.invocations == 10  # maxReceiveCount 10, then moto moves them on the next receive
     assert all(inv.outcome == "partial" for inv in runner.log)
+    # The function's log stream holds each rejection once (Powertools' logger does not also reach the root logger
+    # the runtime set up), with the reason as a field: one per invocation (both records share a group, so the
+    # second is reported failed unread behind the first, the FIFO rule).
+    rejected = [
+        r for r in runner.log_records("ServiceReconcilerFunction") if r.get("message") == "rejecting malformed message"
+    ]
+    assert len(rejected) == runner.invocations and all(r["level"] == "ERROR" and r["reason"] for r in rejected)
     dlq = sqs.receive_message(QueueUrl=urls["ServicesDLQ"], MaxNumberOfMessages=10)["Messages"]
     assert sorted(m["Body"] for m in dlq) == sorted(r["body"] for r in records)

@@ -9,9 +9,11 @@ first failure in a group it reports that record and every later record of the gr
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ Parameters:
   ClusterName: {Type: String}
   Concurrency: {Type: Number, Default: 2}
   BatchSize: {Type: Number, Default: 10}
+  LogLevel: {Type: String, Default: INFO}
 Globals:
   Function:
     Runtime: python3.13
@@ -61,6 +64,7 @@ Resources:
     Properties:
       CodeUri: worker/
       Handler: app.handler
+      LoggingConfig: {LogFormat: JSON, ApplicationLogLevel: !Ref LogLevel}
       Environment: {Variables: {WORK_QUEUE_URL: !Ref Work}}
       Events:
         Work:
@@ -82,21 +86,25 @@ Resources:
 """.replace("@VISIBILITY@", str(VISIBILITY))
 
 HANDLER = """\
-import json, os, threading, time
+import json, logging, os, threading, time
 
 _lock = threading.Lock()
 NAME = "@NAME@"
+INVOCATIONS = []  # module state: one list per execution environment
 
 
 def handler(event, context):
     started = time.time()
     records = event["Records"]
+    INVOCATIONS.append(context.aws_request_id)
+    logging.getLogger("fn").debug("debug line of %s", context.aws_request_id)
+    logging.getLogger("fn").info("info line", extra={"request": context.aws_request_id})
     failed, failed_groups, lines, pause, explode, bogus = [], set(), [], 0.0, False, False
     for pos, rec in enumerate(records):
         body = json.loads(rec["body"])
         group = rec["attributes"]["MessageGroupId"]
         receive = int(rec["attributes"]["ApproximateReceiveCount"])
-        pause = max(pause, body.get("sleep", 0))
+        pause = max(pause, body.get("sleep", 0), body.get("sleep_once", 0) if receive == 1 else 0)
         explode = explode or (body.get("raise") == "once" and receive == 1)
         bogus = bogus or (body.get("bogus") == "once" and receive == 1)
         fails = body.get("fail") == "always" or (body.get("fail") == "once" and receive == 1)
@@ -108,13 +116,19 @@ def handler(event, context):
             "batch": len(records), "pos": pos, "failed": rec["messageId"] in failed, "record": rec,
             "remaining_ms": context.get_remaining_time_in_millis(), "function_name": context.function_name,
             "memory": context.memory_limit_in_mb, "arn": context.invoked_function_arn,
-            "env": {k: os.environ.get(k) for k in ("CLUSTER_NAME", "WORK_QUEUE_URL", "EXTRA")},
+            "env": {k: os.environ.get(k) for k in ("CLUSTER_NAME", "WORK_QUEUE_URL", "EXTRA", "PARENT_ONLY",
+                    "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_LOG_LEVEL", "AWS_LAMBDA_LOG_FORMAT")},
+            "pid": os.getpid(), "root_level": logging.getLevelName(logging.getLogger().level),
+            "invocations_here": len(INVOCATIONS),
         })
+    with _lock, open(os.environ["TEST_LOG"] + ".started", "a") as out:  # before the sleep: a killed run shows too
+        out.writelines(json.dumps({**line, "start": started}) + "\\n" for line in lines)
     time.sleep(pause)
     for line in lines:
-        line.update(start=started, end=time.time())
+        line.update(start=started, end=time.time(), remaining_end_ms=context.get_remaining_time_in_millis())
     with _lock, open(os.environ["TEST_LOG"], "a") as out:
         out.writelines(json.dumps(line) + "\\n" for line in lines)
+    print("tail without newline", end="")  # the runtime's stdout is unbuffered: this still reaches the log
     if explode:
         raise RuntimeError("boom")
     if bogus:
@@ -142,18 +156,23 @@ class Stack:
             },
         )
 
-    def seen(self, fn: str = "Worker") -> list[dict[str, Any]]:
-        if not self.log_path.exists():
+    def seen(self, fn: str = "Worker", path: Path | None = None) -> list[dict[str, Any]]:
+        path = path or self.log_path
+        if not path.exists():
             return []
-        lines = [json.loads(x) for x in self.log_path.read_text().splitlines()]
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
         return [x for x in lines if x["fn"] == fn]
+
+    def started(self, fn: str = "Worker") -> list[dict[str, Any]]:
+        """Records as the handler saw them before its sleep (also those of invocations killed at Timeout)."""
+        return self.seen(fn, self.log_path.with_name(self.log_path.name + ".started"))
 
 
 @pytest.fixture
 def make_stack(tmp_path: Path, sqs: Any, endpoint: str, request: pytest.FixtureRequest) -> Iterator[Any]:
     runners: list[EventSourceRunner] = []
 
-    def make(**parameters: Any) -> Stack:
+    def make(echo_logs: Any = None, **parameters: Any) -> Stack:
         (tmp_path / "template.yaml").write_text(TEMPLATE)
         for fn in ("worker", "noreport"):
             (tmp_path / fn).mkdir(exist_ok=True)
@@ -167,6 +186,7 @@ def make_stack(tmp_path: Path, sqs: Any, endpoint: str, request: pytest.FixtureR
             urls,
             endpoint_url=endpoint,
             env_overrides={"TEST_LOG": str(log_path), "EXTRA": "override"},
+            echo_logs=echo_logs,
         )
         runners.append(runner)
         return Stack(runner, urls, log_path, sqs)
@@ -362,3 +382,103 @@ def test_stop_waits_for_in_flight_invocations(make_stack: Any) -> None:
     assert stack.runner.invocations == 1 and stack.runner.log[0].outcome == "success"
     attrs = stack.sqs.get_queue_attributes(QueueUrl=stack.urls["Work"], AttributeNames=["All"])["Attributes"]
     assert attrs["ApproximateNumberOfMessages"] == attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+
+def test_each_execution_environment_is_its_own_process_with_only_the_function_env(
+    make_stack: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARENT_ONLY", "leaked")  # the test session's environment is not the function's
+    stack = make_stack(Concurrency=2, BatchSize=1)
+    stack.runner.start()
+    pair: list[dict[str, Any]] = []
+    for i in range(5):  # on a busy machine the second poller may receive only after the first invocation ended
+        for group in ("a/x", "b/y"):
+            stack.send("Work", group, i, sleep=0.4)
+        stack.runner.drain(20)
+        # The first run of each (one past the 1 s Timeout on a loaded machine is killed and runs again).
+        a, b = (_by_group([x for x in stack.seen() if x["i"] == i])[g][0] for g in ("a/x", "b/y"))
+        if a["start"] < b["end"] and b["start"] < a["end"]:
+            pair = [a, b]
+            break
+    assert pair, "no two invocations overlapped in 5 rounds"
+    a, b = pair
+    # Concurrent invocations ran in two environments: separate processes and separate module state (each
+    # environment's list of invocations holds only its own).
+    assert a["pid"] != b["pid"] and {a["pid"], b["pid"]} <= set(stack.runner.environments("Worker"))
+    served: Counter[int] = Counter()
+    for line in sorted(stack.seen(), key=lambda x: x["start"]):
+        served[line["pid"]] += 1
+        assert line["invocations_here"] == served[line["pid"]]
+    assert a["env"]["PARENT_ONLY"] is None and a["env"]["EXTRA"] == "override"
+    assert a["env"]["AWS_LAMBDA_FUNCTION_NAME"] == a["function_name"]
+
+
+def test_root_logger_level_is_the_application_log_level(make_stack: Any) -> None:
+    stack = make_stack(LogLevel="DEBUG")
+    stack.send("Work", "l/x", 0)
+    stack.send("Plain", "l/y", 0)
+    stack.runner.start()
+    stack.runner.drain(15)
+    (worker,) = stack.seen()
+    (plain,) = stack.seen("NoReport")
+    # LogFormat JSON: Lambda sets AWS_LAMBDA_LOG_LEVEL and the runtime sets the root logger to it. Text (NoReport):
+    # no level variable, the root logger keeps Python's default.
+    assert worker["root_level"] == "DEBUG" and worker["env"]["AWS_LAMBDA_LOG_LEVEL"] == "DEBUG"
+    assert worker["env"]["AWS_LAMBDA_LOG_FORMAT"] == "JSON"
+    assert plain["root_level"] == "WARNING" and plain["env"]["AWS_LAMBDA_LOG_LEVEL"] is None
+    records = stack.runner.log_records("Worker")
+    debug = [r for r in records if r["message"] == f"debug line of {worker['request']}"]
+    assert debug and debug[0]["level"] == "DEBUG" and debug[0]["requestId"] == worker["request"]
+    info = [r for r in records if r["message"] == "info line"]
+    assert info and info[0]["request"] == worker["request"] and info[0]["logger"] == "fn"  # extra= fields kept
+    assert not [line for line in stack.runner.logs("NoReport") if "info line" in line]  # WARNING filters INFO
+
+
+def test_root_logger_at_info_by_default_filters_debug(make_stack: Any) -> None:
+    stack = make_stack()  # LogLevel INFO, the template default
+    stack.send("Work", "i/x", 0)
+    stack.runner.start()
+    stack.runner.drain(15)
+    (worker,) = stack.seen()
+    assert worker["root_level"] == "INFO"
+    messages = [r["message"] for r in stack.runner.log_records("Worker")]
+    assert "info line" in messages and not [m for m in messages if m.startswith("debug line")]
+
+
+def test_a_handler_past_its_timeout_is_killed_and_its_records_come_back(make_stack: Any) -> None:
+    stack = make_stack(Concurrency=2)
+    stack.send("Work", "t/x", 0, sleep_once=30)  # Timeout: 1
+    stack.runner.start()
+    stack.runner.drain(20)
+    (killed,) = [x for x in stack.started() if x["receive"] == 1]
+    (retried,) = stack.seen()  # the killed run never wrote its end line
+    assert retried["receive"] == 2 and retried["i"] == 0
+    assert retried["start"] - killed["start"] >= VISIBILITY * 0.8  # back once the visibility timeout expired
+    assert retried["pid"] != killed["pid"]  # the killed environment was replaced (a cold start)
+    with pytest.raises(ProcessLookupError):
+        os.kill(killed["pid"], 0)
+    assert [inv.outcome for inv in stack.runner.log] == ["timeout", "success"]
+    assert stack.runner.log[0].duration < 5  # killed at the Timeout, not after its 30 s sleep
+    assert any("Task timed out after 1.00 seconds" in line for line in stack.runner.logs("Worker"))
+
+
+def test_remaining_time_counts_down(make_stack: Any) -> None:
+    stack = make_stack()
+    stack.send("Work", "r/x", 0, sleep=0.4)
+    stack.runner.start()
+    stack.runner.drain(15)
+    (line,) = stack.seen()
+    assert 0 < line["remaining_ms"] <= 1000
+    assert line["remaining_end_ms"] <= line["remaining_ms"] - 350  # Timeout 1 s, after a 0.4 s sleep
+
+
+def test_a_direct_invocation_runs_in_an_execution_environment_of_the_function(make_stack: Any) -> None:
+    echoed = io.StringIO()
+    stack = make_stack(echo_logs=echoed)
+    stack.runner.start()
+    assert stack.runner.invoke("Worker", {"Records": []}) == {"response": {"batchItemFailures": []}}
+    assert stack.runner.invocations == 0  # not an event source's invocation
+    messages = [r.get("message") for r in stack.runner.log_records("Worker")]
+    assert "info line" in messages  # the handler ran in the function's environment, its log stream kept
+    assert [line for line in echoed.getvalue().splitlines() if line.startswith("Worker {") and "info line" in line]
+    assert "tail without newline" in stack.runner.logs("Worker")

@@ -16,14 +16,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     state_dir = tmp_path_factory.mktemp("devstack")
     faults_file = state_dir / "faults.json"
     faults.arm(faults_file, {})
-    with pytest.MonkeyPatch.context() as mp:
-        # The runner hosts the handlers in this process: their AWS clients read this when first built.
-        mp.setenv(faults.ENV_VAR, str(faults_file))
-        # The production authentication path: DescribeCluster, a minted token, the emulator verifying it (TLS).
-        config = StackConfig(state_dir=state_dir, concurrency=3, resync_seconds=3600, kube_auth="eks")
-        with Stack(config) as running:
-            running.faults_file = faults_file  # type: ignore[attr-defined]
-            yield running
+    # The functions' AWS clients read the faults file named in their environment (each is its own process).
+    # The production authentication path: DescribeCluster, a minted token, the emulator verifying it (TLS).
+    config = StackConfig(
+        state_dir=state_dir,
+        concurrency=3,
+        resync_seconds=3600,
+        kube_auth="eks",
+        extra_env={faults.ENV_VAR: str(faults_file)},
+    )
+    with Stack(config) as running:
+        running.faults_file = faults_file  # type: ignore[attr-defined]
+        yield running
 
 
 @pytest.fixture

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
+import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -170,18 +171,23 @@ def wait_event(stack: Stack, name: str, reason: str, uid: str | None = None, tim
     return found[-1]
 
 
-def service_runtime(stack: Stack) -> Any:
-    """The service reconciler's runtime inside the runner (this process): its AWS clients and call counter. Built
-    here, with the function's environment, if no invocation built it yet (the handler then reuses it, as a warm
-    Lambda does). Only valid while the runner is started."""
+PROBES = Path(__file__).with_name("probes.py")  # loaded into the functions' execution environments
+SERVICE_FUNCTION = "ServiceReconcilerFunction"
+
+
+def function_calls(stack: Stack, function: str, runtime_module: str) -> Counter[str]:
+    """Every AWS call `function`'s runtime made so far (botocore hooks of its own clients), summed over its live
+    execution environments (each is a process of its own; see tests/e2e/probes.py)."""
     assert stack.runner is not None
-    return sys.modules["ccm.service.runtime"].runtime()
+    total: Counter[str] = Counter()
+    for counts in stack.runner.probe(function, PROBES, "calls", runtime_module):
+        total.update(counts)
+    return total
 
 
 def service_calls(stack: Stack) -> Counter[str]:
     """Every AWS call the service reconciler made so far (botocore hooks of its own clients)."""
-    counts: Counter[str] = service_runtime(stack).clients.counter.snapshot()
-    return counts
+    return function_calls(stack, SERVICE_FUNCTION, "ccm.service.runtime")
 
 
 def mutating(calls: Counter[str]) -> Counter[str]:
@@ -197,20 +203,43 @@ def mutating(calls: Counter[str]) -> Counter[str]:
     )
 
 
-def record_calls(stack: Stack, service: str, operations: list[str]) -> list[tuple[str, dict[str, Any]]]:
+class Recording(Sequence[tuple[str, dict[str, Any]]]):
+    """The calls recorded so far in every execution environment of the service function, in time order; read
+    afresh on each access (the environments are other processes)."""
+
+    def __init__(self, stack: Stack, token: str) -> None:
+        self.stack, self.token = stack, token
+
+    def _calls(self) -> list[tuple[str, dict[str, Any]]]:
+        assert self.stack.runner is not None
+        entries = [e for env in self.stack.runner.probe(SERVICE_FUNCTION, PROBES, "recorded", self.token) for e in env]
+        return [(op, params) for _, op, params in sorted(entries, key=lambda e: e[0])]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._calls()[index]
+
+    def __len__(self) -> int:
+        return len(self._calls())
+
+    def __eq__(self, other: object) -> bool:
+        return self._calls() == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._calls())
+
+
+def record_calls(stack: Stack, service: str, operations: list[str]) -> Recording:
     """(operation, parameters) of every later call of `operations`, in order, that the service reconciler sends
     through its `service` client (a botocore event hook, as its call counter uses): what AWS was asked, where
-    moto does not keep it, and in which order."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-    client_ = service_runtime(stack).clients.client(service)
-    prefix = f"provide-client-params.{client_.meta.service_model.service_id.hyphenize()}"
-    for operation in operations:
-
-        def hook(params: dict[str, Any], op: str = operation, **_: Any) -> None:
-            seen.append((op, dict(params)))
-
-        client_.meta.events.register(f"{prefix}.{operation}", hook)
-    return seen
+    moto does not keep it, and in which order. Hooked in every environment, also those created later."""
+    assert stack.runner is not None
+    token = uuid.uuid4().hex
+    stack.runner.probe(
+        SERVICE_FUNCTION, PROBES, "record", "ccm.service.runtime", token, service, operations, every_new=True
+    )
+    return Recording(stack, token)
 
 
 def nlb(stack: Stack, svc: dict[str, Any]) -> dict[str, Any] | None:

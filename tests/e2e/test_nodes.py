@@ -9,7 +9,6 @@ deduplication, as for EventBridge).
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections import Counter
 from typing import Any
@@ -20,6 +19,8 @@ from ccm.node import model as m
 from ccm.node.events import EC2_EVENTS_GROUP, SAFETY_PASS_GROUP, ec2_state_change_body, scheduled_event_body
 from devstack.aws import NODE_IMAGE_ID
 from devstack.stack import Stack
+
+from .helpers import function_calls
 
 MERGE = "application/merge-patch+json"
 
@@ -93,12 +94,10 @@ def send_event(stack: Stack, body: str, group: str) -> None:
 
 
 def node_calls(stack: Stack) -> Counter[str]:
-    """AWS calls made so far by the node controller the runner hosts (its runtime's CallCounter). Excluded: SQS
-    and the membership table (DynamoDB), which the membership consumer uses and tests/e2e/test_membership.py covers."""
-    runtime = sys.modules["ccm.node.runtime"].runtime.instance  # the runner's fresh copy of the layer
-    if runtime is None:
-        return Counter()
-    calls: Counter[str] = runtime.clients.counter.snapshot()
+    """AWS calls made so far by the node controller the runner hosts (its runtime's CallCounter, in every execution
+    environment). Excluded: SQS and the membership table (DynamoDB), which the membership consumer uses and
+    tests/e2e/test_membership.py covers."""
+    calls = function_calls(stack, "NodeReconcilerFunction", "ccm.node.runtime")
     return Counter({op: n for op, n in calls.items() if not op.startswith(("sqs:", "dynamodb:"))})
 
 

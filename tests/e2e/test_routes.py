@@ -4,7 +4,6 @@ moto and the NetworkUnavailable condition in the emulator."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 import uuid
@@ -16,6 +15,8 @@ import pytest
 
 from ccm.route.trigger import ROUTES_GROUP
 from devstack.stack import Stack, StackConfig
+
+from .helpers import function_calls
 
 SCHEDULED = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
 
@@ -58,10 +59,10 @@ def condition(stack: Stack, name: str) -> dict[str, Any] | None:
     return next((c for c in node["status"].get("conditions", []) if c["type"] == "NetworkUnavailable"), None)
 
 
-def ec2_calls() -> Counter[str]:
-    """Every EC2 call the route reconciler's clients made (the runner hosts its runtime in this process)."""
-    runtime = importlib.import_module("ccm.route.runtime").runtime()
-    return Counter({k: v for k, v in runtime.clients.counter.snapshot().items() if k.startswith("ec2:")})
+def ec2_calls(stack: Stack) -> Counter[str]:
+    """Every EC2 call the route reconciler's clients made (in its execution environments)."""
+    calls = function_calls(stack, "RouteReconcilerFunction", "ccm.route.runtime")
+    return Counter({k: v for k, v in calls.items() if k.startswith("ec2:")})
 
 
 def safety_pass(stack: Stack) -> None:
@@ -93,14 +94,22 @@ def test_pod_cidrs_get_routes_in_every_tagged_table_and_converge_quietly(stack: 
             ec2.describe_instance_attribute(InstanceId=iid, Attribute="sourceDestCheck")["SourceDestCheck"]["Value"]
             is False
         )
-    before = ec2_calls()
+    # At the template's LogLevel (INFO: the runtime puts the root logger there) every reconcile logged its summary
+    # and none failed: a reserved LogRecord key in its `extra=` once made each one raise after writing the routes.
+    routes = [i for i in stack.runner.log if i.function == "RouteReconcilerFunction"]
+    assert routes and all(i.outcome == "success" for i in routes), routes
+    summaries = [
+        r for r in stack.runner.log_records("RouteReconcilerFunction") if r.get("message") == "routes reconciled"
+    ]
+    assert summaries and summaries[0]["level"] == "INFO" and summaries[0]["routes_created"] >= 1
+    before = ec2_calls(stack)
     assert before["ec2:ModifyInstanceAttribute"] == 3  # once per instance, however many triggers arrived
     assert before["ec2:CreateRoute"] == 6  # 3 pod CIDRs x 2 tables, no retries
 
     # The periodic pass over a converged cluster: reads only, no PATCH of any node, SourceDestCheck not touched.
     stack.emulator.clear_log()
     safety_pass(stack)
-    calls = ec2_calls() - before
+    calls = ec2_calls(stack) - before
     assert calls == {"ec2:DescribeRouteTables": 1, "ec2:DescribeInstances": 1}
     writes = [e for e in stack.emulator.request_log.snapshot() if e["method"] not in ("GET",)]
     assert writes == []
@@ -142,10 +151,10 @@ def test_a_blackhole_is_cleaned_by_the_periodic_pass(stack: Stack) -> None:
     ec2.create_route(RouteTableId=table, DestinationCidrBlock="192.168.99.0/24", InstanceId=doomed)  # not ours
     ec2.terminate_instances(InstanceIds=[doomed])
     assert pod_routes(stack)[table]["10.244.99.0/24"] == (doomed, "blackhole")
-    before = ec2_calls()
+    before = ec2_calls(stack)
     safety_pass(stack)
     assert "10.244.99.0/24" not in pod_routes(stack)[table]
-    assert (ec2_calls() - before)["ec2:DeleteRoute"] == 1
+    assert (ec2_calls(stack) - before)["ec2:DeleteRoute"] == 1
     (rt,) = ec2.describe_route_tables(RouteTableIds=[table])["RouteTables"]
     outside = [r for r in rt["Routes"] if r.get("DestinationCidrBlock") == "192.168.99.0/24"]
     assert [r["State"] for r in outside] == ["blackhole"]  # outside the cluster CIDR: never touched

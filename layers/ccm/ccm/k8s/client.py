@@ -11,9 +11,11 @@ import os
 
 from ccm.k8s.kubeconfig import from_kubeconfig, from_kubeconfig_text, in_cluster
 from ccm.k8s.rest import KubeRest
+from ccm.logs import protect_secrets
 
 
 def new_api_client() -> KubeRest:
+    protect_secrets()  # before any credential is read or minted
     mode = os.environ.get("KUBE_AUTH_MODE", "kubeconfig" if os.environ.get("KUBECONFIG") else "eks")
     if mode == "kubeconfig":
         return from_kubeconfig(os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"))

@@ -15,12 +15,14 @@ import boto3
 from botocore.signers import RequestSigner
 
 from ccm.k8s.rest import KubeRest
+from ccm.logs import protect_secrets
 
 TOKEN_PREFIX = "k8s-aws-v1."
 TOKEN_LIFETIME_S = 600  # re-mint well before the 15-minute expiry
 
 
 def mint_token(session: boto3.session.Session, cluster_name: str) -> str:
+    protect_secrets()  # botocore.auth would log the presigned URL's signature at DEBUG
     sts = session.client("sts")
     signer = RequestSigner(
         sts.meta.service_model.service_id,

@@ -117,10 +117,11 @@ class RouteReconciler:
         for name in plan.routed_nodes:
             if name not in unsettled:
                 self._settle(by_name[name], failures.get(name, {}), out)
+        # "created" would be refused by logging (a LogRecord attribute; see ccm.logs).
         log.info(
             "routes reconciled",
             extra={
-                "tables": out.tables, "nodes": out.nodes, "kept": out.kept, "created": out.created,
+                "tables": out.tables, "nodes": out.nodes, "kept": out.kept, "routes_created": out.created,
                 "replaced": out.replaced, "deleted": out.deleted, "deferred": out.deferred,
                 "failed": out.failed, "problems": out.problems,
             },

@@ -23,6 +23,7 @@ from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
 from ccm.contracts import KubeObject
 from ccm.k8s.kube import Kube, KubeRest
+from ccm.logs import log_fields
 from ccm.per_environment import PerEnvironment
 from ccm.service.lbconfig import LbType
 from ccm.sweeper import drift as d
@@ -161,7 +162,7 @@ class Sweeper:
         self._metrics(report)
         logger.info(
             "sweep done",
-            extra={k: v for k, v in vars_of(report).items() if k != "decisions"},
+            extra=log_fields({k: v for k, v in vars_of(report).items() if k != "decisions"}),
         )
         if report.failed:
             raise RuntimeError(f"{report.failed} sweeper actions failed (logged above); the next run retries them")
@@ -209,9 +210,9 @@ class Sweeper:
         }
         report.decisions.append(line)
         if decision.orphan or decision.action is not m.Action.KEEP:
-            logger.info("sweeper decision", extra=line)
+            logger.info("sweeper decision", extra=log_fields(line))
         else:
-            logger.debug("sweeper decision", extra=line)
+            logger.debug("sweeper decision", extra=log_fields(line))
 
     def _live_lbs(self, lb_names: Collection[str], view: m.View) -> set[str]:
         known = {n for n in lb_names if view.lb(n) is not None}
