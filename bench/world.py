@@ -16,6 +16,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from kubernetes import client, config
 
 from ccm.aws.clients import AwsClients
+from ccm.batch import Deferred
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
@@ -159,9 +160,10 @@ class BenchWorld:
             try:
                 passes.append(self.reconcile(delta, receive_count=attempt))
                 return passes
-            except SyncFailed as err:
+            except (SyncFailed, Deferred) as err:
                 passes.append(dict(self.clients.counter.thread_calls()))
-                if err.retry_after is None or time.monotonic() > deadline:
+                # A wait on AWS comes back as Deferred (ccm.retry); anything else is a failure of the scenario.
+                if not isinstance(err, Deferred) or time.monotonic() > deadline:
                     raise
                 time.sleep(wait)
         raise AssertionError("unreachable")
