@@ -29,10 +29,12 @@ class Faults:
         self._rules: list[_Rule] = []
         self.latency_ms = 0.0
 
-    def fail_next(self, n: int, status: int = 500, method: str | None = None, path_regex: str | None = None) -> None:
+    def fail_next(self, n: int, status: int = 500, method: str | None = None, path_regex: str | None = None) -> _Rule:
+        """Returns the rule: its `remaining` tells how many of the n requests it has not failed yet."""
         rule = _Rule(int(n), int(status), method, re.compile(path_regex) if path_regex else None)
         with self._lock:
             self._rules.append(rule)
+        return rule
 
     def latency(self, ms: float) -> None:
         self.latency_ms = max(0.0, float(ms))

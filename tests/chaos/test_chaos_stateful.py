@@ -29,6 +29,7 @@ from ccm.service import predicates as p
 from devstack.aws_faults import FaultRule
 from devstack.stack import Stack
 from tests.chaos import world as w
+from tests.chaos.ledger import Ledger, crash_remaining, report
 from tests.e2e.test_nodes import launch, provider_id
 
 SOAK = os.environ.get("CHAOS_SOAK") == "1"
@@ -45,6 +46,9 @@ FAILURE_BUDGET = 3
 # Throttling/5xx answers per schedule: botocore retries them with backoff (up to 20 s a try); more would only
 # slow the test down, as long bursts end as record failures that the budget above already covers.
 AWS_ERROR_CAP = 3
+# SigV4 names the proxy classifies by: the load balancer APIs, EC2, tagging, and the Lambdas' own SQS (HOSTS
+# messages, visibility changes) and DynamoDB (the membership table).
+AWS_FAULT_SERVICES = ("elasticloadbalancing", "ec2", "tagging", "sqs", "dynamodb")
 
 NAMES = ("a", "b", "c")
 PORTS = ((80, "TCP"), (443, "TCP"), (8080, "TCP"), (53, "UDP"))
@@ -93,6 +97,7 @@ class ChaosMachine(RuleBasedStateMachine):
     stack: ClassVar[Stack]
     examples: ClassVar[int] = 0
     stats: ClassVar[Counter[str]] = Counter()  # steps by rule, seconds by phase: printed at the end
+    fault_totals: ClassVar[Counter[str]] = Counter()  # armed / fired / not fired per fault kind
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,6 +109,12 @@ class ChaosMachine(RuleBasedStateMachine):
         self.snapshots: list[dict[str, Any]] = []  # every Service object we wrote, for stale replays
         self.base_nodes = sorted(n["metadata"]["name"] for n in self.stack.emulator.list("nodes"))
         self.joined: list[str] = []
+        self.terminated: dict[str, str] = {}  # node name -> instance id, terminated by the schedule
+        self.watcher_down = False
+        self.ledger = Ledger()
+        self.judged: Counter[str] = Counter()
+        self.timeouts_at_start = self._timeouts()
+        self.timeouts_armed = 0
         self.budget = FAILURE_BUDGET
         self.aws_errors = 0
         self.started = time.monotonic()
@@ -303,8 +314,10 @@ class ChaosMachine(RuleBasedStateMachine):
             self._note(f"fault: crash right after the next {op}")
             path = self.stack.faults_file  # type: ignore[attr-defined]
             plan = json.loads(path.read_text()).get("crash_after", {})
-            plan[op] = plan.get(op, 0) + 1
+            before = plan.get(op, 0)
+            plan[op] = before + 1
             faults.arm(path, plan)
+            self.ledger.armed("crash", 1, lambda: int(crash_remaining(path, op) <= before))
             self.budget -= 1
         elif kind == "lambda timeout":
             self._note(
@@ -312,14 +325,19 @@ class ChaosMachine(RuleBasedStateMachine):
             )
             assert self.stack.runner is not None
             self.stack.runner.abandon_next(1)
+            self.timeouts_armed += 1
+            nth = self.timeouts_armed
+            self.ledger.armed("lambda timeout", 1, lambda: int(self._timeouts() - self.timeouts_at_start >= nth))
             self.budget -= 1
         else:
-            service = data.draw(st.sampled_from(["elasticloadbalancing", "ec2", "tagging"]), label="service")
+            service = data.draw(st.sampled_from(AWS_FAULT_SERVICES), label="service")
             count = data.draw(st.integers(1, AWS_ERROR_CAP - self.aws_errors), label="count")
             self.aws_errors += count
             self._note(f"fault: the next {count} {service} requests answer {kind}")
             assert self.stack.aws_proxy is not None
-            self.stack.aws_proxy.inject(FaultRule(service, "throttle" if kind == "throttle" else "5xx", count))
+            fault = FaultRule(service, "throttle" if kind == "throttle" else "5xx", count)
+            self.stack.aws_proxy.inject(fault)
+            self.ledger.armed(f"aws {service} {kind}", count, lambda: count - fault.count)
 
     # -- Kubernetes and watcher faults ---------------------------------------------------------------------------
     @rule(data=st.data())
@@ -334,14 +352,17 @@ class ChaosMachine(RuleBasedStateMachine):
             status = data.draw(st.sampled_from(statuses), label="status")
             count = data.draw(st.integers(1, min(2, self.budget)), label="count")
             self._note(f"fault: the next {count} {method} {path} answer {status}")
-            emulator.faults.fail_next(count, status=status, method=method, path_regex=path)
+            rule = emulator.faults.fail_next(count, status=status, method=method, path_regex=path)
+            self.ledger.armed(f"k8s {method} {status}", count, lambda: count - rule.remaining)
             self.budget -= count
         elif kind == "watch drop":
             self._note("fault: every watch stream ends")
             emulator.drop_watches()
+            self.ledger.fired_now(kind)
         elif kind == "410 Gone":
             self._note("fault: etcd compaction (open watches get 410 Gone)")
             emulator.compact()
+            self.ledger.fired_now(kind)
         else:
             self._note(f"fault: {kind.replace('watcher', 'watcher restart after')}")
             proc = self.stack.watcher_process
@@ -351,8 +372,56 @@ class ChaosMachine(RuleBasedStateMachine):
                 self.stack.watcher_process = None
             self.stack.stop_watcher()
             self.stack.start_watcher()
+            self.watcher_down = False
+            self.ledger.fired_now(kind)
+
+    @precondition(lambda self: not self.watcher_down)
+    @rule()
+    def watcher_stays_down(self) -> None:
+        """The watcher stays down across the next steps (an outage, a crash loop): whatever changes meanwhile,
+        deletions included, reaches the reconcilers only through its relist and the periodic passes."""
+        self._step("cluster: watcher down")
+        self._note("fault: the watcher stops (and stays down across the next steps)")
+        self.stack.stop_watcher()
+        self.watcher_down = True
+        self.ledger.fired_now("watcher down across steps")
+
+    @precondition(lambda self: self.watcher_down)
+    @rule()
+    def watcher_up(self) -> None:
+        self._step("cluster: watcher up")
+        self._note("the watcher starts again")
+        self.stack.start_watcher()
+        self.watcher_down = False
+
+    @precondition(lambda self: self.joined)
+    @rule(data=st.data(), announced=st.booleans())
+    def terminate_instance(self, data: st.DataObject, announced: bool) -> None:
+        """A joined node's instance is terminated: its kubelet goes silent (the node lifecycle controller sets
+        Ready=Unknown) and EventBridge delivers the state change, or the event is lost (`announced` False) and
+        only the nodes Lambda's safety pass finds it. Either way the Node must go, and with it the targets."""
+        self._step("node: instance terminated" + ("" if announced else " (event lost)"))
+        name = data.draw(st.sampled_from(self.joined), label="node")
+        node = w.read(self.stack, "nodes", None, name)
+        instance = p.instance_id(node) if node else None
+        self._note(f"instance of {name} ({instance}) terminated{'' if announced else ', its EC2 event lost'}")
+        if instance:
+            w.aws(self.stack, "ec2").terminate_instances(InstanceIds=[instance])
+        core = self.stack.core()
+        status = {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}}
+        w.retrying(lambda: core.patch_node_status(name, status, _content_type="application/merge-patch+json"))
+        if instance and announced:
+            w.instance_state_event(self.stack, instance, "terminated")
+        self.joined.remove(name)
+        self.terminated[name] = instance or ""
+        self.ledger.fired_now("instance terminated")
 
     # -- the verdict --------------------------------------------------------------------------------------------
+    def _judge_faults(self) -> None:
+        """Before the quiesce clears them: which armed faults met their traffic."""
+        self.judged = self.ledger.judge()
+        type(self).fault_totals.update(self.judged)
+
     def _expected(self, all_deleted: bool = False) -> dict[str, w.Expected]:
         return {
             name: w.Expected(
@@ -364,21 +433,32 @@ class ChaosMachine(RuleBasedStateMachine):
             for name, s in self.services.items()
         }
 
+    def _timeouts(self) -> int:
+        assert self.stack.runner is not None
+        return sum(1 for i in self.stack.runner.log if i.outcome == "timeout")
+
+    def _check(self) -> list[str]:
+        problems = w.violations(self.stack, self.ns, self._expected(), self.stack.baseline)  # type: ignore[attr-defined]
+        gone = [n for n in self.terminated if w.read(self.stack, "nodes", None, n) is not None]
+        return problems + [f"node {n}: its instance was terminated, the Node is still there" for n in gone]
+
     def teardown(self) -> None:
-        stack, baseline = self.stack, self.stack.baseline  # type: ignore[attr-defined]
+        stack = self.stack
         t0 = time.monotonic()
         self.stats["s schedule"] += t0 - self.started
+        ticks: list[float] = []
         try:
-            check = lambda: w.violations(stack, self.ns, self._expected(), baseline)  # noqa: E731
-            problems = w.quiesce(stack, check, QUIESCE_S, settle=SETTLE_S)
+            problems = w.quiesce(
+                stack, self._check, QUIESCE_S, settle=SETTLE_S, before_clear=self._judge_faults, ticks=ticks
+            )
+            self.stats["safety passes"] += len(ticks)
         finally:
             t1 = time.monotonic()
             self.stats["s quiesce"] += t1 - t0
             leftovers = self._reset()
             self.stats["s reset"] += time.monotonic() - t1
             if VERBOSE:
-                injected = sum(stack.aws_proxy.injected.values()) if stack.aws_proxy else 0
-                print(f"example {self.ns}: {self.lines} -> AWS errors so far {injected}")
+                print(f"example {self.ns}: {self.lines} -> {report(self.judged)}")
         if problems:
             raise AssertionError("invariants violated after quiesce:\n  " + "\n  ".join(problems))
         if leftovers:
@@ -391,7 +471,7 @@ class ChaosMachine(RuleBasedStateMachine):
         for name in self._live():
             w.delete_service(stack, self.ns, name)
         core = stack.core()
-        for name in self.joined:
+        for name in self.joined + [n for n in self.terminated if w.read(stack, "nodes", None, n) is not None]:
             w.retrying(lambda name=name: core.delete_node(name))  # type: ignore[misc]
         for name in self.base_nodes:
             w.replace_node(stack, name, _restore_node)
@@ -437,3 +517,4 @@ def test_no_schedule_of_changes_and_faults_loses_anything(stack: Stack) -> None:
         print(f"chaos: {ChaosMachine.examples} examples in {time.monotonic() - started:.0f} s; {stats}")
         injected = sum(stack.aws_proxy.injected.values())
         print(f"chaos: invocations {dict(outcomes)}; AWS requests {stack.aws_proxy.passed} + {injected} errors")
+        print(f"chaos: faults {report(ChaosMachine.fault_totals)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from ccm.aws import faults
+from ccm.node.events import EC2_EVENTS_GROUP, SAFETY_PASS_GROUP, ec2_state_change_body, scheduled_event_body
 from ccm.service import predicates as p
 from devstack.stack import Stack
 from tests.e2e.helpers import lb_name
@@ -179,21 +181,57 @@ def drain(stack: Stack, deadline: float) -> bool:
     return False
 
 
-def quiesce(stack: Stack, converged: Callable[[], list[str]], timeout: float, settle: float = 0.0) -> list[str]:
+def send_to_nodes_queue(stack: Stack, body: str, group: str) -> None:
+    """What the EventBridge rules do: a static group, no deduplication id (the queue hashes the content)."""
+    aws(stack, "sqs").send_message(QueueUrl=stack.queue_urls["NodesQueue"], MessageBody=body, MessageGroupId=group)
+
+
+def safety_pass(stack: Stack) -> None:
+    """One tick of the rate(5 minutes) rule: the nodes Lambda's safety pass (and the membership reconcile)."""
+    send_to_nodes_queue(stack, scheduled_event_body(str(uuid.uuid4())), SAFETY_PASS_GROUP)
+
+
+def instance_state_event(stack: Stack, instance_id: str, state: str) -> None:
+    """EventBridge's "EC2 Instance State-change Notification" for an instance, as the rule delivers it."""
+    send_to_nodes_queue(stack, ec2_state_change_body(instance_id, state, str(uuid.uuid4())), EC2_EVENTS_GROUP)
+
+
+def quiesce(
+    stack: Stack,
+    converged: Callable[[], list[str]],
+    timeout: float,
+    settle: float = 0.0,
+    tick_every: float = 10.0,
+    ticks: list[float] | None = None,
+    before_clear: Callable[[], None] | None = None,
+) -> list[str]:
     """Let the armed faults play out while the queues drain (at most `settle` seconds), then clear every fault
-    and drain until `converged()` reports no problem; returns the last problems seen (empty on success)."""
+    and drain until `converged()` reports no problem; returns the last problems seen (empty on success).
+
+    Time passes here, so the periodic work of the real system happens too: the safety pass (every 5 minutes in
+    AWS) runs once the faults are cleared and again every `tick_every` seconds while the world has not converged
+    (what a deletion lost with the watcher down needs). Each tick's time is appended to `ticks`."""
     settled = time.monotonic() + settle
     while settle and drain(stack, settled) and converged():
         time.sleep(0.3)
+    if before_clear is not None:
+        before_clear()
     clear_faults(stack)
     deadline = time.monotonic() + timeout
     problems = ["not checked yet"]
-    while drain(stack, deadline):
+    last_tick = -tick_every
+    while True:
+        if time.monotonic() - last_tick >= tick_every:
+            safety_pass(stack)
+            last_tick = time.monotonic()
+            if ticks is not None:
+                ticks.append(last_tick)
+        if not drain(stack, deadline):
+            return problems
         problems = converged()
         if not problems:
             return []
         time.sleep(0.3)  # the watcher may still hold deltas (relist after a restart or 410)
-    return problems
 
 
 # -- the invariants -----------------------------------------------------------------------------------------------
@@ -342,11 +380,63 @@ def violations(stack: Stack, namespace: str, model: dict[str, Expected], baselin
     dangling = [g for g in view.node_sg_rules if g not in view.sgs and g != (stack.world and stack.world.node_sg_id)]
     if dangling:
         problems.append(f"leak: node security group rules still reference deleted groups {dangling}")
-    for dlq in ("ServicesDLQ", "NodesDLQ"):
+    problems += membership_violations(stack)
+    for dlq in dlqs(stack):
         depth = queue_depth(stack, dlq)
         if depth:
             problems.append(f"{dlq}: {depth} message(s) dead-lettered")
     return problems
+
+
+def dlqs(stack: Stack) -> list[str]:
+    return sorted(q for q in stack.queue_urls if q.endswith("DLQ"))
+
+
+def membership_violations(stack: Stack) -> list[str]:
+    """The membership table against the API: no member for a node that does not exist (or is no member any
+    more), every member node present with its instance and labels. Nothing is asserted before the table was
+    seeded (until then readers LIST the API)."""
+    assert stack.emulator is not None
+    ddb = aws(stack, "dynamodb")
+    items: list[dict[str, Any]] = []
+    for page in ddb.get_paginator("query").paginate(
+        TableName=stack.tables["MembershipTable"],
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": "node"}},
+        ConsistentRead=True,
+    ):
+        items.extend(page["Items"])
+    if not any(i["sk"]["S"] == "#seeded" for i in items):
+        return []
+    stored = {
+        i["sk"]["S"]: (
+            i.get("instance", {}).get("S", ""),
+            {k: v["S"] for k, v in i.get("labels", {}).get("M", {}).items()},
+        )
+        for i in items
+        if i.get("member", {}).get("BOOL")
+    }
+    live = {
+        p.meta(n)["name"]: (p.instance_id(n) or "", dict(p.meta(n).get("labels") or {}))
+        for n in stack.emulator.list("nodes")
+        if p.is_member_node(n)
+    }
+    problems = [
+        f"membership: {name} is a member but {'no member' if name in _names(stack) else 'gone'} in the API"
+        for name in sorted(set(stored) - set(live))
+    ]
+    problems += [f"membership: member node {name} missing from the table" for name in sorted(set(live) - set(stored))]
+    problems += [
+        f"membership: {name} stored as {stored[name]}, the API says {live[name]}"
+        for name in sorted(set(stored) & set(live))
+        if stored[name] != live[name]
+    ]
+    return problems
+
+
+def _names(stack: Stack) -> set[str]:
+    assert stack.emulator is not None
+    return {p.meta(n)["name"] for n in stack.emulator.list("nodes")}
 
 
 def purge(stack: Stack, namespace: str) -> None:
@@ -364,7 +454,7 @@ def purge(stack: Stack, namespace: str) -> None:
         ec2.revoke_security_group_ingress(GroupId=stack.world.node_sg_id, IpPermissions=stale)
     for group in view.sgs:
         ec2.delete_security_group(GroupId=group)
-    for dlq in ("ServicesDLQ", "NodesDLQ"):
+    for dlq in dlqs(stack):
         sqs.purge_queue(QueueUrl=stack.queue_urls[dlq])
     for svc in stack.emulator.list("services", namespace):
         if p.meta(svc).get("finalizers"):
