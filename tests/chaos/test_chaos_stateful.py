@@ -352,7 +352,7 @@ class ChaosMachine(RuleBasedStateMachine):
             status = data.draw(st.sampled_from(statuses), label="status")
             count = data.draw(st.integers(1, min(2, self.budget)), label="count")
             self._note(f"fault: the next {count} {method} {path} answer {status}")
-            rule = emulator.faults.fail_next(count, status=status, method=method, path_regex=path)
+            rule = emulator.faults.arm(count, status=status, method=method, path_regex=path)
             self.ledger.armed(f"k8s {method} {status}", count, lambda: count - rule.remaining)
             self.budget -= count
         elif kind == "watch drop":
