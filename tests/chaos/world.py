@@ -7,6 +7,7 @@ injected Kubernetes faults (GET/PATCH rules, see test_chaos_stateful) land on th
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
 import uuid
@@ -243,11 +244,13 @@ class Expected:
     valid: bool  # annotations parse (an invalid Service keeps whatever LB it had, nothing is asserted on it)
     deleted: bool
     target_labels: dict[str, str] = field(default_factory=dict)
+    lb_type: str = "nlb"  # or "clb" (the aws-load-balancer-type annotation)
 
 
 @dataclass
 class AwsView:
     lbs: dict[str, dict[str, Any]]  # arn -> {"lb": ..., "tags": {...}}
+    clbs: dict[str, dict[str, Any]]  # Classic ELB name -> {"lb": ..., "tags": {...}}
     tgs: dict[str, dict[str, Any]]
     sgs: dict[str, dict[str, Any]]  # group id -> {"sg": ..., "tags": {...}}
     node_sg_rules: list[str]  # security group ids referenced by the node group's ingress rules
@@ -276,6 +279,13 @@ def aws_view(stack: Stack) -> AwsView:
     }
     node_sg = sgs[stack.world.node_sg_id]["sg"]
     referenced = [pair["GroupId"] for rule in node_sg["IpPermissions"] for pair in rule.get("UserIdGroupPairs", [])]
+    elb = aws(stack, "elb")
+    clbs = {d["LoadBalancerName"]: d for d in elb.describe_load_balancers()["LoadBalancerDescriptions"]}
+    clb_tags: dict[str, dict[str, str]] = {}
+    names = list(clbs)
+    for start in range(0, len(names), 20):
+        for desc in elb.describe_tags(LoadBalancerNames=names[start : start + 20])["TagDescriptions"]:
+            clb_tags[desc["LoadBalancerName"]] = {t["Key"]: t["Value"] for t in desc.get("Tags", [])}
     tagged: set[str] = set()
     for page in (
         aws(stack, "resourcegroupstaggingapi")
@@ -285,6 +295,7 @@ def aws_view(stack: Stack) -> AwsView:
         tagged |= {r["ResourceARN"] for r in page["ResourceTagMappingList"]}
     return AwsView(
         lbs={a: {"lb": lb, "tags": lb_tags.get(a, {})} for a, lb in lbs.items()},
+        clbs={n: {"lb": lb, "tags": clb_tags.get(n, {})} for n, lb in clbs.items()},
         tgs={a: {"tg": tg, "tags": tg_tags.get(a, {})} for a, tg in tgs.items()},
         sgs={g: s for g, s in sgs.items() if cluster_tag in s["tags"] and g != stack.world.node_sg_id},
         node_sg_rules=referenced,
@@ -302,6 +313,15 @@ def listeners(stack: Stack, lb_arn: str) -> dict[int, Any]:
         health = elbv2.describe_target_health(TargetGroupArn=tg_arn)["TargetHealthDescriptions"]
         out[listener["Port"]] = (listener["Protocol"], tg["Port"], sorted(h["Target"]["Id"] for h in health))
     return out
+
+
+def clb_listeners(desc: dict[str, Any]) -> dict[int, Any]:
+    """{port: (protocol, instance port, sorted instance ids)} of a Classic ELB (targets are the LB's instances)."""
+    instances = sorted(i["InstanceId"] for i in desc.get("Instances", []))
+    return {
+        d["Listener"]["LoadBalancerPort"]: (d["Listener"]["Protocol"], d["Listener"]["InstancePort"], instances)
+        for d in desc.get("ListenerDescriptions", [])
+    }
 
 
 def expected_targets(stack: Stack, target_labels: dict[str, str]) -> list[str]:
@@ -325,6 +345,7 @@ def violations(stack: Stack, namespace: str, model: dict[str, Expected], baselin
         key = f"{namespace}/{name}"
         live = read(stack, "services", namespace, name)
         mine_lbs = [a for a, v in view.lbs.items() if v["tags"].get(SERVICE_NAME_TAG) == key]
+        mine_lbs += [n for n, v in view.clbs.items() if v["tags"].get(SERVICE_NAME_TAG) == key]
         if want.deleted:
             if live is not None:
                 problems.append(f"{key}: deleted but still present (finalizers {p.meta(live).get('finalizers')})")
@@ -350,11 +371,16 @@ def violations(stack: Stack, namespace: str, model: dict[str, Expected], baselin
             continue
         if not p.has_finalizer(live):
             problems.append(f"{key}: load balancer without the cleanup finalizer")
-        lb = view.lbs[mine_lbs[0]]["lb"]
+        classic = mine_lbs[0] in view.clbs
+        if classic != (want.lb_type == "clb"):
+            problems.append(f"{key}: wants a {want.lb_type}, has a {'clb' if classic else 'nlb'}")
+            continue
+        lb = (view.clbs if classic else view.lbs)[mine_lbs[0]]["lb"]
         if lb["LoadBalancerName"] != lb_name(live):
             problems.append(f"{key}: load balancer {lb['LoadBalancerName']} not named after the live UID {uid}")
             continue
-        state = {"dns": lb["DNSName"], "listeners": listeners(stack, lb["LoadBalancerArn"])}
+        found = clb_listeners(lb) if classic else listeners(stack, lb["LoadBalancerArn"])
+        state = {"dns": lb["DNSName"], "listeners": found}
         targets = expected_targets(stack, want.target_labels)
         wanted = {
             sp["port"]: (sp.get("protocol", "TCP"), sp["nodePort"], targets) for sp in live["spec"].get("ports", [])
@@ -366,7 +392,13 @@ def violations(stack: Stack, namespace: str, model: dict[str, Expected], baselin
             problems.append(f"{key}: status hostnames {hosts} != [{state['dns']}]")
     # No leak: everything tagged for the cluster belongs to the baseline or to a live Service that wants an LB.
     owned: set[str] = set()
-    for kind, items in (("load balancer", view.lbs), ("target group", view.tgs), ("security group", view.sgs)):
+    kinds = (
+        ("load balancer", view.lbs),
+        ("classic load balancer", view.clbs),
+        ("target group", view.tgs),
+        ("security group", view.sgs),
+    )
+    for kind, items in kinds:
         for ident, item in items.items():
             uid = item["tags"].get(SERVICE_UID_TAG, "")
             if kind != "security group" and not item["tags"]:
@@ -381,10 +413,40 @@ def violations(stack: Stack, namespace: str, model: dict[str, Expected], baselin
     if dangling:
         problems.append(f"leak: node security group rules still reference deleted groups {dangling}")
     problems += membership_violations(stack)
+    problems += route_violations(stack)
     for dlq in dlqs(stack):
         depth = queue_depth(stack, dlq)
         if depth:
             problems.append(f"{dlq}: {depth} message(s) dead-lettered")
+    return problems
+
+
+def route_violations(stack: Stack) -> list[str]:
+    """With routes enabled: every cluster-tagged route table holds exactly one route per pod CIDR of a live node
+    with an instance, to that instance, and nothing else inside the cluster CIDRs (no route of a gone node, no
+    blackhole)."""
+    if not stack.config.routes:
+        return []
+    assert stack.emulator is not None and stack.world is not None
+    cidrs = [ipaddress.ip_network(c) for c in stack.config.cluster_cidrs]
+    wanted: dict[str, str] = {}
+    for node in stack.emulator.list("nodes"):
+        instance = p.instance_id(node)
+        for cidr in (node.get("spec") or {}).get("podCIDRs") or []:
+            if instance:
+                wanted[cidr] = instance
+    problems: list[str] = []
+    tables = aws(stack, "ec2").describe_route_tables(RouteTableIds=stack.world.cluster_route_table_ids)
+    for table in tables["RouteTables"]:
+        have = {
+            r["DestinationCidrBlock"]: (r.get("InstanceId") or r.get("GatewayId") or "?", r.get("State"))
+            for r in table["Routes"]
+            if "DestinationCidrBlock" in r
+            and any(ipaddress.ip_network(r["DestinationCidrBlock"]).subnet_of(c) for c in cidrs)  # type: ignore[arg-type]
+        }
+        expected = {cidr: (instance, "active") for cidr, instance in wanted.items()}
+        if have != expected:
+            problems.append(f"routes of {table['RouteTableId']}: {have} != {expected}")
     return problems
 
 
@@ -446,6 +508,8 @@ def purge(stack: Stack, namespace: str) -> None:
     elbv2, ec2, sqs = aws(stack, "elbv2"), aws(stack, "ec2"), aws(stack, "sqs")
     for arn in view.lbs:
         elbv2.delete_load_balancer(LoadBalancerArn=arn)
+    for name in view.clbs:
+        aws(stack, "elb").delete_load_balancer(LoadBalancerName=name)
     for arn in view.tgs:
         elbv2.delete_target_group(TargetGroupArn=arn)
     node_sg = ec2.describe_security_groups(GroupIds=[stack.world.node_sg_id])["SecurityGroups"][0]
@@ -461,3 +525,30 @@ def purge(stack: Stack, namespace: str) -> None:
             svc["metadata"]["finalizers"] = []
             stack.emulator.update(svc)
         stack.emulator.delete("services", namespace, svc["metadata"]["name"])
+
+
+def redrive(stack: Stack, dlq: str, source: str) -> int:
+    """What `aws sqs start-message-move-task` does for a FIFO DLQ (docs/runbook.md; moto has no message move
+    tasks): every message goes back to its source queue as a new message (new id, receive count 0) in its own
+    group, oldest first, deduplicated by the id SQS gave it in the DLQ. Returns how many were moved."""
+    sqs = aws(stack, "sqs")
+    moved = 0
+    while True:
+        batch = sqs.receive_message(
+            QueueUrl=stack.queue_urls[dlq],
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=30,
+            MessageSystemAttributeNames=["MessageGroupId", "MessageDeduplicationId"],
+        ).get("Messages", [])
+        if not batch:
+            return moved
+        for message in batch:
+            attrs = message["Attributes"]
+            sqs.send_message(
+                QueueUrl=stack.queue_urls[source],
+                MessageBody=message["Body"],
+                MessageGroupId=attrs["MessageGroupId"],
+                MessageDeduplicationId=attrs.get("MessageDeduplicationId") or message["MessageId"],
+            )
+            sqs.delete_message(QueueUrl=stack.queue_urls[dlq], ReceiptHandle=message["ReceiptHandle"])
+            moved += 1
