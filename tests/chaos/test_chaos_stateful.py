@@ -120,6 +120,7 @@ class ChaosMachine(RuleBasedStateMachine):
         self.joined: list[str] = []
         self.terminated: dict[str, str] = {}  # node name -> instance id, terminated by the schedule
         self.watcher_down = False
+        self.swept = False
         self.ledger = Ledger()
         self.judged: Counter[str] = Counter()
         self.timeouts_at_start = self._timeouts()
@@ -430,6 +431,33 @@ class ChaosMachine(RuleBasedStateMachine):
         self.terminated[name] = instance or ""
         self.ledger.fired_now("instance terminated")
 
+    # -- the sweeper ----------------------------------------------------------------------------------------------
+    @precondition(lambda self: not self.swept)
+    @rule()
+    def sweeper_run(self) -> None:
+        """The sweeper runs in the middle of the schedule with no grace period (the most aggressive setting: an
+        orphan is deleted on first sight): it may delete only what no live Service wants; anything else shows up
+        as a missing load balancer or target group after the quiesce. Once per schedule (a run is a process)."""
+        self._step("sweeper run")
+        summary = w.run_sweeper(self.stack)
+        self.swept = True
+        self._note(f"sweeper run (grace 0): deleted {summary.get('deleted')}, requeued {summary.get('requeued')}")
+        self.stats["sweeper deleted"] += summary.get("deleted", 0)
+        self.ledger.fired_now("sweeper run")
+
+    @precondition(lambda self: self._wanting())
+    @rule(data=st.data())
+    def vanish_service(self, data: st.DataObject) -> None:
+        """Someone strips the cleanup finalizer by hand and deletes the Service: only the DELETED delta (or, if
+        the watcher is down, the sweeper) can still clean its load balancer up."""
+        self._step("service vanishes (finalizer stripped)")
+        name = data.draw(st.sampled_from(sorted(self._wanting())), label="service")
+        self._note(f"vanish {name}: finalizer removed by hand, then deleted")
+        w.replace_service(self.stack, self.ns, name, lambda svc: svc["metadata"].update(finalizers=[]))
+        w.delete_service(self.stack, self.ns, name)
+        self.services[name]["deleted"] = True
+        self.ledger.fired_now("service vanished")
+
     # -- the verdict --------------------------------------------------------------------------------------------
     def _judge_faults(self) -> None:
         """Before the quiesce clears them: which armed faults met their traffic."""
@@ -462,10 +490,18 @@ class ChaosMachine(RuleBasedStateMachine):
         t0 = time.monotonic()
         self.stats["s schedule"] += t0 - self.started
         ticks: list[float] = []
+        sweeps: list[dict[str, Any]] = []
         try:
             problems = w.quiesce(
-                stack, self._check, QUIESCE_S, settle=SETTLE_S, before_clear=self._judge_faults, ticks=ticks
+                stack,
+                self._check,
+                QUIESCE_S,
+                settle=SETTLE_S,
+                before_clear=self._judge_faults,
+                ticks=ticks,
+                sweeps=sweeps,
             )
+            self.stats["sweeper runs at quiesce"] += len(sweeps)
             self.stats["safety passes"] += len(ticks)
         finally:
             t1 = time.monotonic()

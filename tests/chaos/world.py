@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -20,7 +23,7 @@ from kubernetes import client as k8s
 from ccm.aws import faults
 from ccm.node.events import EC2_EVENTS_GROUP, SAFETY_PASS_GROUP, ec2_state_change_body, scheduled_event_body
 from ccm.service import predicates as p
-from devstack.stack import Stack
+from devstack.stack import REPO, Stack
 from tests.e2e.helpers import lb_name
 
 TARGET_LABELS = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
@@ -197,6 +200,35 @@ def instance_state_event(stack: Stack, instance_id: str, state: str) -> None:
     send_to_nodes_queue(stack, ec2_state_change_body(instance_id, state, str(uuid.uuid4())), EC2_EVENTS_GROUP)
 
 
+def run_sweeper(stack: Stack, grace_minutes: float = 0) -> dict[str, Any]:
+    """One run of the sweeper function, as its EventBridge schedule starts it: a fresh process (a new execution
+    environment) with the function's template environment and the stack's endpoints. Returns its summary."""
+    assert stack.facts is not None
+    fn = stack.facts.functions["SweeperFunction"]
+    env = {
+        **os.environ,
+        **{k: v for k, v in fn.environment.items() if k not in fn.unresolved},
+        **stack.lambda_environment(),
+        "SERVICES_QUEUE_URL": stack.queue_urls["ServicesQueue"],
+        "SWEEPER_TABLE": stack.tables["MembershipTable"],
+        "SWEEPER_GRACE_MINUTES": str(grace_minutes),
+        "PYTHONPATH": os.pathsep.join(str(d) for d in fn.layer_dirs),
+    }
+    code = (
+        "import json\n"
+        "from ccm.sweeper.runtime import runtime, vars_of\n"
+        "report = vars_of(runtime().run())\n"
+        "print(json.dumps({k: v for k, v in report.items() if k != 'decisions'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"sweeper run failed ({done.returncode}): {done.stderr[-2000:]}")
+    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return summary
+
+
 def quiesce(
     stack: Stack,
     converged: Callable[[], list[str]],
@@ -205,13 +237,17 @@ def quiesce(
     tick_every: float = 10.0,
     ticks: list[float] | None = None,
     before_clear: Callable[[], None] | None = None,
+    sweeps: list[dict[str, Any]] | None = None,
+    sweep_every: float = 20.0,
 ) -> list[str]:
     """Let the armed faults play out while the queues drain (at most `settle` seconds), then clear every fault
     and drain until `converged()` reports no problem; returns the last problems seen (empty on success).
 
     Time passes here, so the periodic work of the real system happens too: the safety pass (every 5 minutes in
     AWS) runs once the faults are cleared and again every `tick_every` seconds while the world has not converged
-    (what a deletion lost with the watcher down needs). Each tick's time is appended to `ticks`."""
+    (what a deletion lost with the watcher down needs). Each tick's time is appended to `ticks`. Likewise the
+    sweeper (every 15 minutes in AWS, grace 0 here) runs when a leak is reported, at most every `sweep_every`
+    seconds, when `sweeps` is given (its summaries are appended)."""
     settled = time.monotonic() + settle
     while settle and drain(stack, settled) and converged():
         time.sleep(0.3)
@@ -221,6 +257,7 @@ def quiesce(
     deadline = time.monotonic() + timeout
     problems = ["not checked yet"]
     last_tick = -tick_every
+    last_sweep = time.monotonic()  # a leak gets `sweep_every` seconds to be cleaned up by the reconcilers first
     while True:
         if time.monotonic() - last_tick >= tick_every:
             safety_pass(stack)
@@ -232,6 +269,10 @@ def quiesce(
         problems = converged()
         if not problems:
             return []
+        leaking = any(problem.startswith("leak:") for problem in problems)
+        if sweeps is not None and leaking and time.monotonic() - last_sweep >= sweep_every:
+            sweeps.append(run_sweeper(stack))
+            last_sweep = time.monotonic()
         time.sleep(0.3)  # the watcher may still hold deltas (relist after a restart or 410)
 
 
