@@ -10,7 +10,7 @@ import pytest
 
 from ccm.aws import faults
 from devstack.stack import Stack, StackConfig
-from tests.chaos.world import aws_view
+from tests.chaos.invariants import aws_view
 
 BUCKET_S = 1  # membership coalescing buckets: short, so host updates settle quickly
 
@@ -29,7 +29,7 @@ def faithful_moto_clb_listener_deletion() -> None:
             balancer.listeners = [li for li in balancer.listeners if int(li.load_balancer_port) not in gone]
         return balancer
 
-    ELBBackend.delete_load_balancer_listeners = delete_load_balancer_listeners
+    ELBBackend.delete_load_balancer_listeners = delete_load_balancer_listeners  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="package")  # torn down before other packages (e2e) start their own stacks
