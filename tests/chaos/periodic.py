@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from ccm.node.events import EC2_EVENTS_GROUP, SAFETY_PASS_GROUP, ec2_state_change_body, scheduled_event_body
+from ccm.route.trigger import ROUTES_GROUP
 from devstack.stack import REPO, Stack
 from tests.chaos.invariants import aws
 
@@ -21,8 +22,16 @@ def send_to_nodes_queue(stack: Stack, body: str, group: str) -> None:
 
 
 def safety_pass(stack: Stack) -> None:
-    """One tick of the rate(5 minutes) rule: the nodes Lambda's safety pass (and the membership reconcile)."""
+    """One tick of the rate(5 minutes) rules: the nodes Lambda's safety pass (and the membership reconcile) and,
+    with routes enabled, the route reconciler's periodic pass (RoutesSafetyPassRule, group "routes"), which is
+    what removes the route of a node deleted while the watcher was down."""
     send_to_nodes_queue(stack, scheduled_event_body(str(uuid.uuid4())), SAFETY_PASS_GROUP)
+    if "RoutesQueue" in stack.queue_urls:
+        aws(stack, "sqs").send_message(
+            QueueUrl=stack.queue_urls["RoutesQueue"],
+            MessageBody=scheduled_event_body(str(uuid.uuid4())),
+            MessageGroupId=ROUTES_GROUP,
+        )
 
 
 def instance_state_event(stack: Stack, instance_id: str, state: str) -> None:
