@@ -30,9 +30,14 @@ class Faults:
         self.latency_ms = 0.0
 
     def fail_next(self, n: int, status: int = 500, method: str | None = None, path_regex: str | None = None) -> None:
+        self.arm(n, status, method, path_regex)
+
+    def arm(self, n: int, status: int = 500, method: str | None = None, path_regex: str | None = None) -> _Rule:
+        """fail_next, returning the rule: its `remaining` is how many of the n requests it has not failed yet."""
         rule = _Rule(int(n), int(status), method, re.compile(path_regex) if path_regex else None)
         with self._lock:
             self._rules.append(rule)
+        return rule
 
     def latency(self, ms: float) -> None:
         self.latency_ms = max(0.0, float(ms))

@@ -1,16 +1,16 @@
 """Chaos: random schedules of Service and Node changes interleaved with faults, then a quiesce and the invariants.
 
 A hypothesis RuleBasedStateMachine drives the devstack (watcher process -> SQS FIFO on moto -> in-process Lambdas
--> moto through the AWS fault proxy; Kubernetes is the emulator). Faults: duplicated and stale (reordered) deltas,
-a crash right after a mutating AWS call, AWS throttling and 5xx bursts, Kubernetes 409/429/500, watch drops,
-410 Gone, watcher restarts (SIGTERM and SIGKILL), Lambda timeouts. After the schedule, every fault is cleared and
-the system must converge (see tests/chaos/world.py for the invariants). See docs/chaos.md for budgets, the soak
-mode and how to reproduce a failure.
+-> moto through the AWS fault proxy; Kubernetes is the emulator). Changes: Services (NLB and Classic ELB), node
+joins, leaves, labels and instance terminations. Faults (tests/chaos/fault_rules.py): duplicated and stale
+deltas, crashes right after mutating AWS calls, AWS throttling and 5xx bursts (ELB, EC2, tagging, SQS, DynamoDB),
+Kubernetes 409/429/500, watch drops, 410 Gone, watcher restarts and outages, Lambda timeouts, the sweeper, Services
+vanishing. After the schedule every fault is cleared and the system must converge (tests/chaos/invariants.py).
+See docs/chaos.md for budgets, the soak mode and how to reproduce a failure.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -23,29 +23,21 @@ from hypothesis import HealthCheck, Phase, note, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, precondition, rule
 
-from ccm.aws import faults
-from ccm.messages import delta_for
 from ccm.service import predicates as p
-from devstack.aws_faults import FaultRule
 from devstack.stack import Stack
 from tests.chaos import world as w
+from tests.chaos.fault_rules import FAILURE_BUDGET, FaultRules
+from tests.chaos.ledger import Ledger, report
 from tests.e2e.test_nodes import launch, provider_id
 
 SOAK = os.environ.get("CHAOS_SOAK") == "1"
 MAX_EXAMPLES = int(os.environ.get("CHAOS_EXAMPLES") or (200 if SOAK else 6))
 STEPS = int(os.environ.get("CHAOS_STEPS") or (25 if SOAK else 10))
 VERBOSE = os.environ.get("CHAOS_VERBOSE") == "1"
+SHRINK = os.environ.get("CHAOS_SHRINK") != "0"  # 0: report the failing schedule as found (shrinking re-runs many)
 SEED = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
 QUIESCE_S = 90.0  # after the faults are cleared
 SETTLE_S = 20.0  # before: the armed faults meet the traffic the schedule caused
-# Faults that fail a record each cost one receive of a message at most; maxReceiveCount is 5 and a host update's
-# coalescing deferral takes one more, so a schedule may fail one message at most 3 times without dead-lettering
-# it (docs/chaos.md). Transient AWS errors retried inside botocore (bursts < max_attempts) are not charged.
-FAILURE_BUDGET = 3
-# Throttling/5xx answers per schedule: botocore retries them with backoff (up to 20 s a try); more would only
-# slow the test down, as long bursts end as record failures that the budget above already covers.
-AWS_ERROR_CAP = 3
-
 NAMES = ("a", "b", "c")
 PORTS = ((80, "TCP"), (443, "TCP"), (8080, "TCP"), (53, "UDP"))
 A = "service.beta.kubernetes.io/aws-load-balancer-"
@@ -55,44 +47,21 @@ ANNOTATIONS: tuple[tuple[dict[str, str], bool], ...] = (
     ({A + "healthcheck-interval": "20"}, True),
     ({w.TARGET_LABELS: "chaos-pool=a"}, True),
     ({A + "cross-zone-load-balancing-enabled": "true"}, True),
+    ({A + "type": "clb"}, True),  # a Classic ELB (UDP ports make it invalid: _valid)
+    ({A + "type": "clb", w.TARGET_LABELS: "chaos-pool=a"}, True),
     ({A + "healthcheck-interval": "soon"}, False),
     ({A + "healthcheck-healthy-threshold": "99"}, False),
-)
-CRASH_POINTS = (
-    "elasticloadbalancing:CreateLoadBalancer",
-    "elasticloadbalancing:CreateTargetGroup",
-    "elasticloadbalancing:CreateListener",
-    "elasticloadbalancing:ModifyListener",
-    "elasticloadbalancing:DeleteListener",
-    "elasticloadbalancing:DeleteTargetGroup",
-    "elasticloadbalancing:DeleteLoadBalancer",
-    "elasticloadbalancing:RegisterTargets",
-    "elasticloadbalancing:DeregisterTargets",
-    "elasticloadbalancing:ModifyTargetGroup",
-    "elasticloadbalancing:ModifyTargetGroupAttributes",
-    "elasticloadbalancing:ModifyLoadBalancerAttributes",
-    "ec2:CreateSecurityGroup",
-    "ec2:AuthorizeSecurityGroupIngress",
-    "ec2:RevokeSecurityGroupIngress",
-    "ec2:DeleteSecurityGroup",
-)
-# (method, path regex, statuses): the reconcilers' reads and writes and the watcher's list/watch requests.
-K8S_TARGETS = (
-    ("PATCH", r"/namespaces/[^/]+/services/[^/]+/status$", (409, 429, 500)),
-    ("PATCH", r"/namespaces/[^/]+/services/[^/]+$", (409, 429, 500)),
-    ("GET", r"/namespaces/[^/]+/services/[^/]+$", (429, 500)),
-    ("GET", r"^/api/v1/nodes$", (429, 500)),
-    ("GET", r"^/api/v1/services$", (429, 500)),
-    ("PATCH", r"^/api/v1/nodes/[^/]+(/status)?$", (409, 429, 500)),
 )
 CHAOS_LABEL = "chaos-pool"
 MAX_JOINED = 2
 
 
-class ChaosMachine(RuleBasedStateMachine):
+class ChaosMachine(FaultRules, RuleBasedStateMachine):
     stack: ClassVar[Stack]
     examples: ClassVar[int] = 0
     stats: ClassVar[Counter[str]] = Counter()  # steps by rule, seconds by phase: printed at the end
+    fault_totals: ClassVar[Counter[str]] = Counter()  # armed / fired / not fired per fault kind
+    joins: ClassVar[int] = 0
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,6 +73,13 @@ class ChaosMachine(RuleBasedStateMachine):
         self.snapshots: list[dict[str, Any]] = []  # every Service object we wrote, for stale replays
         self.base_nodes = sorted(n["metadata"]["name"] for n in self.stack.emulator.list("nodes"))
         self.joined: list[str] = []
+        self.terminated: dict[str, str] = {}  # node name -> instance id, terminated by the schedule
+        self.watcher_down = False
+        self.swept = False
+        self.ledger = Ledger()
+        self.judged: Counter[str] = Counter()
+        self.timeouts_at_start = self._timeouts()
+        self.timeouts_armed = 0
         self.budget = FAILURE_BUDGET
         self.aws_errors = 0
         self.started = time.monotonic()
@@ -146,7 +122,7 @@ class ChaosMachine(RuleBasedStateMachine):
         annotations, valid = ANNOTATIONS[ann]
         self._note(f"create {name}: {'LoadBalancer' if lb else 'ClusterIP'} {_ports(ports)} {annotations or ''}")
         self._record(w.create_service(self.stack, w.service_body(self.ns, name, lb, ports, annotations)))
-        self.services[name] = {"lb": lb, "annotations": annotations, "valid": valid, "deleted": False}
+        self.services[name] = {"lb": lb, "annotations": annotations, "valid": valid, "deleted": False, "ports": ports}
 
     @initialize(
         ports=st.lists(st.sampled_from(PORTS), min_size=1, max_size=3, unique=True),
@@ -180,6 +156,7 @@ class ChaosMachine(RuleBasedStateMachine):
             ]
 
         self._record(w.replace_service(self.stack, self.ns, name, change))
+        self.services[name]["ports"] = ports
 
     @precondition(lambda self: self._live())
     @rule(data=st.data(), ann=st.integers(0, len(ANNOTATIONS) - 1))
@@ -233,7 +210,9 @@ class ChaosMachine(RuleBasedStateMachine):
         self._step("node join")
         inst = launch(self.stack)
         name = inst["PrivateDnsName"]
-        self._note(f"node join {name} ({inst['InstanceId']})")
+        type(self).joins += 1
+        cidr = f"10.244.{3 + type(self).joins % 250}.0/24"  # the seeded nodes have 10.244.0-2.0/24
+        self._note(f"node join {name} ({inst['InstanceId']}, pod CIDR {cidr})")
         body = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -241,6 +220,8 @@ class ChaosMachine(RuleBasedStateMachine):
             "spec": {
                 "providerID": provider_id(inst),
                 "taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}],
+                "podCIDR": cidr,
+                "podCIDRs": [cidr],
             },
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
         }
@@ -272,113 +253,58 @@ class ChaosMachine(RuleBasedStateMachine):
 
         w.replace_node(self.stack, name, apply)
 
-    # -- message faults ---------------------------------------------------------------------------------------
-    @precondition(lambda self: self.snapshots)
-    @rule(data=st.data(), event=st.sampled_from(["ADDED", "MODIFIED", "DELETED"]))
-    def replay_stale_delta(self, data: st.DataObject, event: str) -> None:
-        """A duplicate or reordered message: an old observation sent again under a new deduplication id."""
-        self._step("replay_stale_delta")
-        obj = data.draw(st.sampled_from(self.snapshots), label="snapshot")
-        delta = delta_for("Service", event, obj)
-        self._note(f"replay {event} of {delta.key} rv={delta.resource_version} uid={delta.uid[:8]}")
-        w.aws(self.stack, "sqs").send_message(
-            QueueUrl=self.stack.queue_urls["ServicesQueue"],
-            MessageBody=delta.to_body(),
-            MessageGroupId=delta.group_id,
-            MessageDeduplicationId=str(uuid.uuid4()),
-        )
-
-    # -- AWS faults -------------------------------------------------------------------------------------------
-    @rule(data=st.data())
-    def aws_fault(self, data: st.DataObject) -> None:
-        kinds = (["throttle", "5xx"] if self.aws_errors < AWS_ERROR_CAP else []) + (
-            ["crash", "lambda timeout"] if self.budget > 0 else []
-        )
-        if not kinds:
-            return
-        kind = data.draw(st.sampled_from(kinds), label="kind")
-        self._step(f"aws: {kind}")
-        if kind == "crash":
-            op = data.draw(st.sampled_from(CRASH_POINTS), label="operation")
-            self._note(f"fault: crash right after the next {op}")
-            path = self.stack.faults_file  # type: ignore[attr-defined]
-            plan = json.loads(path.read_text()).get("crash_after", {})
-            plan[op] = plan.get(op, 0) + 1
-            faults.arm(path, plan)
-            self.budget -= 1
-        elif kind == "lambda timeout":
-            self._note(
-                "fault: the next invocation times out mid-batch (its records come back after the visibility timeout)"
-            )
-            assert self.stack.runner is not None
-            self.stack.runner.abandon_next(1)
-            self.budget -= 1
-        else:
-            service = data.draw(st.sampled_from(["elasticloadbalancing", "ec2", "tagging"]), label="service")
-            count = data.draw(st.integers(1, AWS_ERROR_CAP - self.aws_errors), label="count")
-            self.aws_errors += count
-            self._note(f"fault: the next {count} {service} requests answer {kind}")
-            assert self.stack.aws_proxy is not None
-            self.stack.aws_proxy.inject(FaultRule(service, "throttle" if kind == "throttle" else "5xx", count))
-
-    # -- Kubernetes and watcher faults ---------------------------------------------------------------------------
-    @rule(data=st.data())
-    def cluster_fault(self, data: st.DataObject) -> None:
-        kinds = ["watch drop", "410 Gone", "watcher SIGTERM", "watcher SIGKILL"]
-        kind = data.draw(st.sampled_from(kinds + (["api errors"] if self.budget > 0 else [])), label="kind")
-        self._step(f"cluster: {kind}")
-        emulator = self.stack.emulator
-        assert emulator is not None
-        if kind == "api errors":
-            method, path, statuses = data.draw(st.sampled_from(K8S_TARGETS), label="where")
-            status = data.draw(st.sampled_from(statuses), label="status")
-            count = data.draw(st.integers(1, min(2, self.budget)), label="count")
-            self._note(f"fault: the next {count} {method} {path} answer {status}")
-            emulator.faults.fail_next(count, status=status, method=method, path_regex=path)
-            self.budget -= count
-        elif kind == "watch drop":
-            self._note("fault: every watch stream ends")
-            emulator.drop_watches()
-        elif kind == "410 Gone":
-            self._note("fault: etcd compaction (open watches get 410 Gone)")
-            emulator.compact()
-        else:
-            self._note(f"fault: {kind.replace('watcher', 'watcher restart after')}")
-            proc = self.stack.watcher_process
-            if kind == "watcher SIGKILL" and proc is not None:
-                proc.kill()
-                proc.wait()
-                self.stack.watcher_process = None
-            self.stack.stop_watcher()
-            self.stack.start_watcher()
-
     # -- the verdict --------------------------------------------------------------------------------------------
+    def _judge_faults(self) -> None:
+        """Before the quiesce clears them: which armed faults met their traffic."""
+        self.judged = self.ledger.judge()
+        type(self).fault_totals.update(self.judged)
+
     def _expected(self, all_deleted: bool = False) -> dict[str, w.Expected]:
         return {
             name: w.Expected(
                 lb=s["lb"],
-                valid=s["valid"],
+                valid=_valid(s),
                 deleted=s["deleted"] or all_deleted,
                 target_labels={CHAOS_LABEL: "a"} if w.TARGET_LABELS in s["annotations"] else {},
+                lb_type=s["annotations"].get(A + "type", "nlb"),
             )
             for name, s in self.services.items()
         }
 
+    def _timeouts(self) -> int:
+        assert self.stack.runner is not None
+        return sum(1 for i in self.stack.runner.log if i.outcome == "timeout")
+
+    def _check(self) -> list[str]:
+        problems = w.violations(self.stack, self.ns, self._expected(), self.stack.baseline)  # type: ignore[attr-defined]
+        gone = [n for n in self.terminated if w.read(self.stack, "nodes", None, n) is not None]
+        return problems + [f"node {n}: its instance was terminated, the Node is still there" for n in gone]
+
     def teardown(self) -> None:
-        stack, baseline = self.stack, self.stack.baseline  # type: ignore[attr-defined]
+        stack = self.stack
         t0 = time.monotonic()
         self.stats["s schedule"] += t0 - self.started
+        ticks: list[float] = []
+        sweeps: list[dict[str, Any]] = []
         try:
-            check = lambda: w.violations(stack, self.ns, self._expected(), baseline)  # noqa: E731
-            problems = w.quiesce(stack, check, QUIESCE_S, settle=SETTLE_S)
+            problems = w.quiesce(
+                stack,
+                self._check,
+                QUIESCE_S,
+                settle=SETTLE_S,
+                before_clear=self._judge_faults,
+                ticks=ticks,
+                sweeps=sweeps,
+            )
+            self.stats["sweeper runs at quiesce"] += len(sweeps)
+            self.stats["safety passes"] += len(ticks)
         finally:
             t1 = time.monotonic()
             self.stats["s quiesce"] += t1 - t0
             leftovers = self._reset()
             self.stats["s reset"] += time.monotonic() - t1
             if VERBOSE:
-                injected = sum(stack.aws_proxy.injected.values()) if stack.aws_proxy else 0
-                print(f"example {self.ns}: {self.lines} -> AWS errors so far {injected}")
+                print(f"example {self.ns}: {self.lines} -> {report(self.judged)}")
         if problems:
             raise AssertionError("invariants violated after quiesce:\n  " + "\n  ".join(problems))
         if leftovers:
@@ -391,7 +317,7 @@ class ChaosMachine(RuleBasedStateMachine):
         for name in self._live():
             w.delete_service(stack, self.ns, name)
         core = stack.core()
-        for name in self.joined:
+        for name in self.joined + [n for n in self.terminated if w.read(stack, "nodes", None, n) is not None]:
             w.retrying(lambda name=name: core.delete_node(name))  # type: ignore[misc]
         for name in self.base_nodes:
             w.replace_node(stack, name, _restore_node)
@@ -401,6 +327,12 @@ class ChaosMachine(RuleBasedStateMachine):
         if problems:
             w.purge(stack, self.ns)
         return problems
+
+
+def _valid(service: dict[str, Any]) -> bool:
+    """Annotations that parse, and no UDP port on a Classic ELB (refused: UDP needs an NLB)."""
+    udp = any(proto == "UDP" for _, proto in service["ports"])
+    return bool(service["valid"]) and not (udp and service["annotations"].get(A + "type") == "clb")
 
 
 def _restore_node(node: dict[str, Any]) -> None:
@@ -423,7 +355,7 @@ def test_no_schedule_of_changes_and_faults_loses_anything(stack: Stack) -> None:
         stateful_step_count=STEPS,
         deadline=None,
         suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+        phases=[Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if SHRINK else []),
         print_blob=True,
         database=None,  # the schedule depends on timing too; the seed and the printed steps are the record
     )
@@ -437,3 +369,4 @@ def test_no_schedule_of_changes_and_faults_loses_anything(stack: Stack) -> None:
         print(f"chaos: {ChaosMachine.examples} examples in {time.monotonic() - started:.0f} s; {stats}")
         injected = sum(stack.aws_proxy.injected.values())
         print(f"chaos: invocations {dict(outcomes)}; AWS requests {stack.aws_proxy.passed} + {injected} errors")
+        print(f"chaos: faults {report(ChaosMachine.fault_totals)}")

@@ -1,5 +1,7 @@
-"""What the chaos tests do to the devstack and how they judge it: a driver (Kubernetes writes that retry injected
-faults like any client), fault clearing, quiesce (drain + fast-forward of SQS retry delays) and the invariants.
+"""What the chaos tests do to the devstack: a driver (Kubernetes writes that retry injected faults like any
+client), fault clearing, quiesce (drain + fast-forward of SQS retry delays, the periodic passes) and a purge. The
+invariants live in tests/chaos/invariants.py, what AWS does on its own in tests/chaos/periodic.py; both are
+re-exported here for the tests.
 
 The driver writes through the API server over HTTP (POST/PUT/DELETE) and reads through the emulator's store, so
 injected Kubernetes faults (GET/PATCH rules, see test_chaos_stateful) land on the system under test, not on us.
@@ -10,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client as k8s
@@ -18,23 +19,20 @@ from kubernetes import client as k8s
 from ccm.aws import faults
 from ccm.service import predicates as p
 from devstack.stack import Stack
-from tests.e2e.helpers import lb_name
+from tests.chaos.invariants import SERVICE_NAME_TAG as SERVICE_NAME_TAG
+from tests.chaos.invariants import SERVICE_UID_TAG as SERVICE_UID_TAG
+from tests.chaos.invariants import TARGET_LABELS as TARGET_LABELS
+from tests.chaos.invariants import Expected as Expected
+from tests.chaos.invariants import aws as aws
+from tests.chaos.invariants import aws_view, dlqs
+from tests.chaos.invariants import queue_depth as queue_depth
+from tests.chaos.invariants import read as read
+from tests.chaos.invariants import violations as violations
+from tests.chaos.periodic import instance_state_event as instance_state_event
+from tests.chaos.periodic import redrive as redrive
+from tests.chaos.periodic import run_sweeper, safety_pass
 
-TARGET_LABELS = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
-SERVICE_NAME_TAG = "kubernetes.io/service-name"
-SERVICE_UID_TAG = "serverless-ccm/service-uid"
 RETRIED_STATUSES = (409, 429, 500, 503)
-
-
-_CLIENTS: dict[tuple[str, str], Any] = {}
-
-
-def aws(stack: Stack, service: str) -> Any:
-    """Cached clients straight to moto (building a botocore client costs ~0.5 s)."""
-    key = (stack.endpoint_url, service)
-    if key not in _CLIENTS:
-        _CLIENTS[key] = stack.aws(service)
-    return _CLIENTS[key]
 
 
 # -- the driver ---------------------------------------------------------------------------------------------------
@@ -67,11 +65,6 @@ def service_body(
             ],
         },
     }
-
-
-def read(stack: Stack, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-    assert stack.emulator is not None
-    return stack.emulator.get(kind, namespace, name)
 
 
 def create_service(stack: Stack, body: dict[str, Any]) -> dict[str, Any]:
@@ -156,13 +149,6 @@ def fast_forward_queues(stack: Stack, longer_than: float = 3.0) -> int:
     return moved
 
 
-def queue_depth(stack: Stack, logical_id: str) -> int:
-    attrs = aws(stack, "sqs").get_queue_attributes(
-        QueueUrl=stack.queue_urls[logical_id], AttributeNames=["ApproximateNumberOfMessages"]
-    )["Attributes"]
-    return int(attrs["ApproximateNumberOfMessages"])
-
-
 def drain(stack: Stack, deadline: float) -> bool:
     """Drain the queues, fast-forwarding retry delays; False if still busy at `deadline` (time.monotonic())."""
     assert stack.runner is not None
@@ -179,174 +165,51 @@ def drain(stack: Stack, deadline: float) -> bool:
     return False
 
 
-def quiesce(stack: Stack, converged: Callable[[], list[str]], timeout: float, settle: float = 0.0) -> list[str]:
+def quiesce(
+    stack: Stack,
+    converged: Callable[[], list[str]],
+    timeout: float,
+    settle: float = 0.0,
+    tick_every: float = 10.0,
+    ticks: list[float] | None = None,
+    before_clear: Callable[[], None] | None = None,
+    sweeps: list[dict[str, Any]] | None = None,
+    sweep_every: float = 20.0,
+) -> list[str]:
     """Let the armed faults play out while the queues drain (at most `settle` seconds), then clear every fault
-    and drain until `converged()` reports no problem; returns the last problems seen (empty on success)."""
+    and drain until `converged()` reports no problem; returns the last problems seen (empty on success).
+
+    Time passes here, so the periodic work of the real system happens too: the safety pass (every 5 minutes in
+    AWS) runs once the faults are cleared and again every `tick_every` seconds while the world has not converged
+    (what a deletion lost with the watcher down needs). Each tick's time is appended to `ticks`. Likewise the
+    sweeper (every 15 minutes in AWS, grace 0 here) runs when a leak is reported, at most every `sweep_every`
+    seconds, when `sweeps` is given (its summaries are appended)."""
     settled = time.monotonic() + settle
     while settle and drain(stack, settled) and converged():
         time.sleep(0.3)
+    if before_clear is not None:
+        before_clear()
     clear_faults(stack)
     deadline = time.monotonic() + timeout
     problems = ["not checked yet"]
-    while drain(stack, deadline):
+    last_tick = -tick_every
+    last_sweep = time.monotonic()  # a leak gets `sweep_every` seconds to be cleaned up by the reconcilers first
+    while True:
+        if time.monotonic() - last_tick >= tick_every:
+            safety_pass(stack)
+            last_tick = time.monotonic()
+            if ticks is not None:
+                ticks.append(last_tick)
+        if not drain(stack, deadline):
+            return problems
         problems = converged()
         if not problems:
             return []
+        leaking = any(problem.startswith("leak:") for problem in problems)
+        if sweeps is not None and leaking and time.monotonic() - last_sweep >= sweep_every:
+            sweeps.append(run_sweeper(stack))
+            last_sweep = time.monotonic()
         time.sleep(0.3)  # the watcher may still hold deltas (relist after a restart or 410)
-    return problems
-
-
-# -- the invariants -----------------------------------------------------------------------------------------------
-@dataclass
-class Expected:
-    """What the model says about one Service name of the example's namespace."""
-
-    lb: bool  # type LoadBalancer
-    valid: bool  # annotations parse (an invalid Service keeps whatever LB it had, nothing is asserted on it)
-    deleted: bool
-    target_labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class AwsView:
-    lbs: dict[str, dict[str, Any]]  # arn -> {"lb": ..., "tags": {...}}
-    tgs: dict[str, dict[str, Any]]
-    sgs: dict[str, dict[str, Any]]  # group id -> {"sg": ..., "tags": {...}}
-    node_sg_rules: list[str]  # security group ids referenced by the node group's ingress rules
-    tagged: set[str]  # every ARN the tagging API returns for the cluster tag
-
-
-def _tags(elbv2: Any, arns: list[str]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for start in range(0, len(arns), 20):
-        for desc in elbv2.describe_tags(ResourceArns=arns[start : start + 20])["TagDescriptions"]:
-            out[desc["ResourceArn"]] = {t["Key"]: t["Value"] for t in desc.get("Tags", [])}
-    return out
-
-
-def aws_view(stack: Stack) -> AwsView:
-    assert stack.world is not None
-    elbv2, ec2 = aws(stack, "elbv2"), aws(stack, "ec2")
-    cluster_tag = stack.world.cluster_tag_key
-    lbs = {lb["LoadBalancerArn"]: lb for lb in elbv2.describe_load_balancers()["LoadBalancers"]}
-    tgs = {tg["TargetGroupArn"]: tg for tg in elbv2.describe_target_groups()["TargetGroups"]}
-    lb_tags, tg_tags = _tags(elbv2, list(lbs)), _tags(elbv2, list(tgs))
-    groups = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [stack.world.vpc_id]}])
-    sgs = {
-        g["GroupId"]: {"sg": g, "tags": {t["Key"]: t["Value"] for t in g.get("Tags", [])}}
-        for g in groups["SecurityGroups"]
-    }
-    node_sg = sgs[stack.world.node_sg_id]["sg"]
-    referenced = [pair["GroupId"] for rule in node_sg["IpPermissions"] for pair in rule.get("UserIdGroupPairs", [])]
-    tagged: set[str] = set()
-    for page in (
-        aws(stack, "resourcegroupstaggingapi")
-        .get_paginator("get_resources")
-        .paginate(TagFilters=[{"Key": cluster_tag}])
-    ):
-        tagged |= {r["ResourceARN"] for r in page["ResourceTagMappingList"]}
-    return AwsView(
-        lbs={a: {"lb": lb, "tags": lb_tags.get(a, {})} for a, lb in lbs.items()},
-        tgs={a: {"tg": tg, "tags": tg_tags.get(a, {})} for a, tg in tgs.items()},
-        sgs={g: s for g, s in sgs.items() if cluster_tag in s["tags"] and g != stack.world.node_sg_id},
-        node_sg_rules=referenced,
-        tagged=tagged,
-    )
-
-
-def listeners(stack: Stack, lb_arn: str) -> dict[int, Any]:
-    """{port: (protocol, target group port, sorted target ids)} of a load balancer."""
-    elbv2 = aws(stack, "elbv2")
-    out: dict[int, Any] = {}
-    for listener in elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]:
-        tg_arn = listener["DefaultActions"][0]["TargetGroupArn"]
-        tg = elbv2.describe_target_groups(TargetGroupArns=[tg_arn])["TargetGroups"][0]
-        health = elbv2.describe_target_health(TargetGroupArn=tg_arn)["TargetHealthDescriptions"]
-        out[listener["Port"]] = (listener["Protocol"], tg["Port"], sorted(h["Target"]["Id"] for h in health))
-    return out
-
-
-def expected_targets(stack: Stack, target_labels: dict[str, str]) -> list[str]:
-    assert stack.emulator is not None
-    ids = []
-    for node in stack.emulator.list("nodes"):
-        labels = p.meta(node).get("labels") or {}
-        if p.is_member_node(node) and all(labels.get(k) == v for k, v in target_labels.items()):
-            instance = p.instance_id(node)
-            if instance:
-                ids.append(instance)
-    return sorted(ids)
-
-
-def violations(stack: Stack, namespace: str, model: dict[str, Expected], baseline: set[str]) -> list[str]:
-    """Every way the world differs from the model after a quiesce; [] when all invariants hold."""
-    problems: list[str] = []
-    view = aws_view(stack)
-    live_uids: dict[str, str] = {}  # uid -> name, of live Services that want a load balancer
-    for name, want in sorted(model.items()):
-        key = f"{namespace}/{name}"
-        live = read(stack, "services", namespace, name)
-        mine_lbs = [a for a, v in view.lbs.items() if v["tags"].get(SERVICE_NAME_TAG) == key]
-        if want.deleted:
-            if live is not None:
-                problems.append(f"{key}: deleted but still present (finalizers {p.meta(live).get('finalizers')})")
-            if mine_lbs:
-                problems.append(f"{key}: deleted but its load balancer remains: {mine_lbs}")
-            continue
-        if live is None:
-            problems.append(f"{key}: missing from the API")
-            continue
-        uid = p.meta(live)["uid"]
-        ingress = ((live.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-        if not want.lb:
-            if p.has_finalizer(live) or ingress or mine_lbs:
-                problems.append(f"{key}: ClusterIP but finalizer/ingress/LB remain: {ingress} {mine_lbs}")
-            continue
-        live_uids[uid] = name
-        if not want.valid:
-            if len(mine_lbs) > 1:
-                problems.append(f"{key}: invalid config yet {len(mine_lbs)} load balancers")
-            continue
-        if len(mine_lbs) != 1:
-            problems.append(f"{key}: wants one load balancer, has {len(mine_lbs)}")
-            continue
-        if not p.has_finalizer(live):
-            problems.append(f"{key}: load balancer without the cleanup finalizer")
-        lb = view.lbs[mine_lbs[0]]["lb"]
-        if lb["LoadBalancerName"] != lb_name(live):
-            problems.append(f"{key}: load balancer {lb['LoadBalancerName']} not named after the live UID {uid}")
-            continue
-        state = {"dns": lb["DNSName"], "listeners": listeners(stack, lb["LoadBalancerArn"])}
-        targets = expected_targets(stack, want.target_labels)
-        wanted = {
-            sp["port"]: (sp.get("protocol", "TCP"), sp["nodePort"], targets) for sp in live["spec"].get("ports", [])
-        }
-        if state["listeners"] != wanted:
-            problems.append(f"{key}: listeners {state['listeners']} != spec {wanted}")
-        hosts = [i.get("hostname") for i in ingress]
-        if hosts != [state["dns"]]:
-            problems.append(f"{key}: status hostnames {hosts} != [{state['dns']}]")
-    # No leak: everything tagged for the cluster belongs to the baseline or to a live Service that wants an LB.
-    owned: set[str] = set()
-    for kind, items in (("load balancer", view.lbs), ("target group", view.tgs), ("security group", view.sgs)):
-        for ident, item in items.items():
-            uid = item["tags"].get(SERVICE_UID_TAG, "")
-            if kind != "security group" and not item["tags"]:
-                continue  # untagged ELB resources are not ours (none exist in the devstack)
-            if uid not in live_uids:
-                problems.append(f"leak: {kind} {ident} of {item['tags'].get(SERVICE_NAME_TAG)} uid {uid or '-'}")
-            owned.add(ident)
-    for arn in sorted(view.tagged - baseline):
-        if not any(arn == o or arn.endswith("/" + o) for o in owned):
-            problems.append(f"leak: tagged resource {arn} without an owner")
-    dangling = [g for g in view.node_sg_rules if g not in view.sgs and g != (stack.world and stack.world.node_sg_id)]
-    if dangling:
-        problems.append(f"leak: node security group rules still reference deleted groups {dangling}")
-    for dlq in ("ServicesDLQ", "NodesDLQ"):
-        depth = queue_depth(stack, dlq)
-        if depth:
-            problems.append(f"{dlq}: {depth} message(s) dead-lettered")
-    return problems
 
 
 def purge(stack: Stack, namespace: str) -> None:
@@ -356,6 +219,8 @@ def purge(stack: Stack, namespace: str) -> None:
     elbv2, ec2, sqs = aws(stack, "elbv2"), aws(stack, "ec2"), aws(stack, "sqs")
     for arn in view.lbs:
         elbv2.delete_load_balancer(LoadBalancerArn=arn)
+    for name in view.clbs:
+        aws(stack, "elb").delete_load_balancer(LoadBalancerName=name)
     for arn in view.tgs:
         elbv2.delete_target_group(TargetGroupArn=arn)
     node_sg = ec2.describe_security_groups(GroupIds=[stack.world.node_sg_id])["SecurityGroups"][0]
@@ -364,7 +229,7 @@ def purge(stack: Stack, namespace: str) -> None:
         ec2.revoke_security_group_ingress(GroupId=stack.world.node_sg_id, IpPermissions=stale)
     for group in view.sgs:
         ec2.delete_security_group(GroupId=group)
-    for dlq in ("ServicesDLQ", "NodesDLQ"):
+    for dlq in dlqs(stack):
         sqs.purge_queue(QueueUrl=stack.queue_urls[dlq])
     for svc in stack.emulator.list("services", namespace):
         if p.meta(svc).get("finalizers"):

@@ -4,14 +4,16 @@ table + a coalesced HOSTS message in the Service's own FIFO group) -> service La
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from ccm.node.events import SAFETY_PASS_GROUP, scheduled_event_body
 from ccm.service import predicates as p
 from devstack.stack import Stack, StackConfig
 from tests.e2e.helpers import aws_state, create_service, hostname, read_service
-from tests.e2e.test_nodes import create_node, launch, provider_id
+from tests.e2e.test_nodes import create_node, launch, provider_id, send_event
 
 MERGE = "application/merge-patch+json"
 BUCKET_S = 2  # short coalescing buckets keep the test quick; production uses 15 s
@@ -91,3 +93,27 @@ def test_a_burst_of_joins_is_coalesced_into_few_target_updates(stack: Stack):
     # Each host update is one RegisterTargets per target group. Without coalescing there would be 6 (one per join);
     # with buckets of BUCKET_S seconds there is at most one per bucket the burst touched (+1 for a boundary).
     assert 1 <= updates <= min(len(joined) - 1, int(burst_s // BUCKET_S) + 2), (updates, burst_s)
+
+
+def test_a_node_deleted_while_the_watcher_was_down_leaves_every_target_group_at_the_safety_pass(stack: Stack):
+    """The watcher is stateless: restarted after a node was deleted, its relist cannot report the deletion. The
+    5-minute safety pass (EventBridge tick on the nodes queue) reconciles the membership table against the API."""
+    create_service(stack, "healing", [80])
+    stack.wait_for(lambda: hostname(stack, "healing"), what="hostname")
+    svc = read_service(stack, "healing")
+    stack.wait_for(lambda: targets(stack, svc), timeout=60, what="targets registered")
+    before = targets(stack, svc) or []
+    core = stack.core()
+    victim = next(n for n in core.list_node().items if any(i in n.spec.provider_id for i in before))
+    victim_id = next(i for i in before if i in victim.spec.provider_id)
+    stack.runner.drain(30)
+
+    stack.stop_watcher()
+    core.delete_node(victim.metadata.name)
+    stack.start_watcher()
+    stack.runner.drain(30)
+    assert victim_id in (targets(stack, svc) or []), "no delta told anyone: the stale member is still a target"
+
+    send_event(stack, scheduled_event_body(str(uuid.uuid4())), SAFETY_PASS_GROUP)
+    remaining = sorted(i for i in before if i != victim_id)
+    stack.wait_for(lambda: targets(stack, svc) == remaining, timeout=60, what="stale member deregistered")

@@ -16,11 +16,14 @@ from ccm.aws.clients import CallCounter
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
+from ccm.membership import consumer, model
 from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from ccm.messages import delta_for, parse_delta
+from ccm.node.events import SafetyPass
+from ccm.node.runtime import NodeRuntime
 from ccm.service.runtime import ServiceRuntime
 from devstack.k8s_emulator import Emulator
 from tests.factories import node
@@ -179,3 +182,50 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
     assert not [r for r in emulator.request_log.snapshot() if r["path"] == "/api/v1/nodes"]  # no LIST
     events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
     assert "UpdatedLoadBalancer" in {e["reason"] for e in events}
+
+
+def test_safety_pass_removes_a_member_whose_deleted_delta_was_lost(
+    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 11 item 4: a node deleted from the API while its DELETED delta was lost (watcher restarted during an
+    SQS outage, purged DLQ) stayed a member forever. The 5-minute safety pass now reconciles the table against
+    its LIST: the member goes, affected Services get a HOSTS message, and a converged pass writes nothing."""
+    sqs, url = _services_queue()
+    monkeypatch.setenv("MEMBERSHIP_TABLE", "members")
+    monkeypatch.setenv("SERVICES_QUEUE_URL", url)
+    monkeypatch.setattr(consumer, "_updaters", {})  # per-environment cache: this test's moto, not a previous one
+    MemberNodes(kube, table).records()  # seeded from the API: n0, n1, n2 are members
+    table.register_service("default/all", "uid-all", {})
+    table.register_service("default/db", "uid-db", {"role": "db"})  # selects none of them: not affected
+    victim = world.nodes()[1]["metadata"]["name"]
+    emulator.delete("nodes", None, victim)  # no delta reaches the nodes Lambda
+    runtime = NodeRuntime(
+        Settings(CLUSTER, world.vpc_id), kube, world.clients, delta_consumers=[], periodic_consumers=None
+    )
+
+    runtime.on_safety_pass(SafetyPass("tick-1"))
+
+    assert sorted(r.name for r in table.members() or []) == sorted(
+        n["metadata"]["name"] for n in world.nodes() if n["metadata"]["name"] != victim
+    )
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [(d.key, d.type) for d in (parse_delta(m["Body"]) for m in messages)] == [("default/all", "HOSTS")]
+    # Converged: the next pass reads the table once and writes nothing.
+    world.clients.counter.reset_thread()
+    runtime.on_safety_pass(SafetyPass("tick-2"))
+    calls = world.clients.counter.thread_calls()
+    assert {op: n for op, n in calls.items() if op.startswith(("dynamodb:", "sqs:"))} == {"dynamodb:Query": 1}
+
+
+def test_safety_pass_keeps_a_node_that_joined_after_its_list(
+    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
+):
+    """A member written after the pass's LIST (newer resourceVersion) is not taken for a missed deletion."""
+    sqs, url = _services_queue()
+    updater = MembershipUpdater(table, sqs, url)
+    nodes, list_rv = kube.list_nodes_at()
+    table.seed((n["metadata"]["name"], model.member_record(n), int(n["metadata"]["resourceVersion"])) for n in nodes)
+    late = emulator.create(node("late", world.instances[0]))  # joins after the LIST; its delta is processed
+    assert updater.on_node_delta(delta_for("Node", "ADDED", late)) == 0  # no Service registered yet
+    assert updater.reconcile(nodes, list_rv) == []
+    assert "late" in {r.name for r in table.members() or []}

@@ -44,17 +44,24 @@ class Kube:
             raise
 
     def list_nodes(self, page_size: int = 500) -> list[KubeObject]:
+        return self.list_nodes_at(page_size)[0]
+
+    def list_nodes_at(self, page_size: int = 500) -> tuple[list[KubeObject], str]:
+        """Every Node (paginated) and the list's resourceVersion: all pages are one snapshot at that version."""
         nodes: list[KubeObject] = []
         token: str | None = None
+        version = ""
         while True:
             query: dict[str, str | int] = {"limit": page_size}
             if token:
                 query["continue"] = token
             page = self.api.get("/api/v1/nodes", query)
             nodes.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")
+            token = meta.get("continue")
             if not token:
-                return nodes
+                return nodes, version
 
     def set_finalizers(self, svc: KubeObject, finalizers: list[str]) -> KubeObject:
         """Merge-patch the whole finalizer list guarded by resourceVersion: a concurrent change gets 409 and

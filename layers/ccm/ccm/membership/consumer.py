@@ -1,9 +1,14 @@
-"""Load balancer membership as a node delta consumer of the nodes Lambda (ccm.node.runtime.NODE_DELTA_CONSUMERS).
+"""Load balancer membership as a node delta consumer and a periodic consumer of the nodes Lambda
+(ccm.node.runtime.NODE_DELTA_CONSUMERS / PERIODIC_CONSUMERS).
 
-Importing this module registers it; functions/nodes/app.py imports it. Without MEMBERSHIP_TABLE and
+Importing this module registers both; functions/nodes/app.py imports it. Without MEMBERSHIP_TABLE and
 SERVICES_QUEUE_URL in the environment it does nothing. It judges the node as it is NOW (`ctx.node()`): a node the
 node controller just initialised (providerID set by this very record) becomes a member without waiting for the
 watcher to report the change back.
+
+Deltas are hints and can be lost (the watcher restarted during an SQS outage across a deletion, a purged DLQ):
+the 5-minute safety pass reconciles the table against the LIST of Nodes it already made (no extra LIST), so a
+member whose node is gone is removed, and its Services told, within one pass instead of never.
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ from ccm.membership.model import DEFAULT_BUCKET_SECONDS
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from ccm.messages import Delta, trim_node
-from ccm.node.runtime import NODE_DELTA_CONSUMERS, NodeContext
+from ccm.node.runtime import NODE_DELTA_CONSUMERS, PERIODIC_CONSUMERS, NodeContext, PassContext
 
 _updaters: dict[tuple[str, str], MembershipUpdater] = {}
 _lock = threading.Lock()
 
 
-def _updater(table: str, queue_url: str, ctx: NodeContext) -> MembershipUpdater:
+def _updater(table: str, queue_url: str, ctx: NodeContext | PassContext) -> MembershipUpdater:
     """One per execution environment: its memory of the buckets already told survives warm invocations."""
     with _lock:
         key = (table, queue_url)
@@ -47,5 +52,14 @@ def membership_consumer(delta: Delta, ctx: NodeContext) -> None:
     _updater(table, queue_url, ctx).on_node_delta(delta)
 
 
+def membership_pass(ctx: PassContext) -> None:
+    table, queue_url = os.environ.get("MEMBERSHIP_TABLE", ""), os.environ.get("SERVICES_QUEUE_URL", "")
+    if not table or not queue_url:
+        return
+    _updater(table, queue_url, ctx).reconcile(ctx.nodes, ctx.list_resource_version)
+
+
 if membership_consumer not in NODE_DELTA_CONSUMERS:  # idempotent if the module is imported twice
     NODE_DELTA_CONSUMERS.append(membership_consumer)
+if membership_pass not in PERIODIC_CONSUMERS:
+    PERIODIC_CONSUMERS.append(membership_pass)

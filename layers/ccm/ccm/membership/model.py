@@ -109,3 +109,52 @@ def digest(records: Iterable[MemberRecord]) -> str:
     """A short, order-independent fingerprint of a target set (name -> instance)."""
     pairs = sorted((r.name, r.instance_id) for r in records)
     return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredNode:
+    """A node item of the table: its record (None when not a member) and the resourceVersion it was written at."""
+
+    record: MemberRecord | None
+    resource_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberChange:
+    """A difference between the table and the API that the periodic pass writes (and tells Services about)."""
+
+    name: str
+    old: MemberRecord | None
+    new: MemberRecord | None
+    resource_version: int
+    gone: bool  # the node is not in the API any more: its item becomes a tombstone
+
+
+def membership_drift(
+    stored: Mapping[str, StoredNode], nodes: Iterable[Mapping[str, Any]], list_rv: int
+) -> list[MemberChange]:
+    """What the table must change to agree with one LIST of Nodes taken at `list_rv` (pure).
+
+    Items written after the LIST (rv > list_rv) are newer than what it shows and are left alone, so a node that
+    joined (or changed) after the LIST is never dropped or reverted. A member item whose node the LIST does not
+    contain is a missed DELETED (watcher restarted across the deletion, a purged DLQ): it is removed. Live nodes
+    whose stored membership differs (a missed MODIFIED) are rewritten; same membership is no write.
+    """
+    changes: list[MemberChange] = []
+    seen: set[str] = set()
+    for node in nodes:
+        meta = p.meta(dict(node))
+        name, rv = str(meta["name"]), int(meta.get("resourceVersion") or 0)
+        seen.add(name)
+        new = member_record(node)
+        have = stored.get(name)
+        if have is not None and have.resource_version >= rv:
+            continue  # the table already holds this observation or a newer one
+        old = have.record if have is not None else None
+        if not same_membership(old, new):
+            changes.append(MemberChange(name, old, new, rv, gone=False))
+    for name, have in sorted(stored.items()):
+        if name in seen or have.record is None or have.resource_version > list_rv:
+            continue
+        changes.append(MemberChange(name, have.record, None, max(list_rv, have.resource_version + 1), gone=True))
+    return changes

@@ -22,7 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
-from ccm.membership.model import MemberRecord
+from ccm.membership.model import MemberRecord, StoredNode
 
 TOMBSTONE_TTL_SECONDS = 24 * 3600
 SEEDED_MARKER = "#seeded"  # not a valid node name, so it cannot collide
@@ -48,6 +48,22 @@ class MembershipStore:
         if not any(item["sk"]["S"] == SEEDED_MARKER for item in items):
             return None
         return [_record(item) for item in items if item.get("member", {}).get("BOOL")]
+
+    def node_states(self) -> tuple[bool, dict[str, StoredNode]]:
+        """Whether the table was seeded, and every node item (members, non-members, tombstones): one Query."""
+        items = self._query("node")
+        states = {
+            item["sk"]["S"]: StoredNode(
+                _record(item) if item.get("member", {}).get("BOOL") else None, int(item["rv"]["N"])
+            )
+            for item in items
+            if item["sk"]["S"] != SEEDED_MARKER
+        }
+        return len(states) < len(items), states
+
+    def mark_seeded(self) -> None:
+        marker = {"pk": _s("node"), "sk": _s(SEEDED_MARKER), "at": {"N": str(int(time.time()))}}
+        self._ddb.put_item(TableName=self.table, Item=marker)
 
     def get(self, name: str) -> tuple[MemberRecord | None, int]:
         """The stored record of a node (None when absent or not a member) and the stored resourceVersion."""
@@ -87,8 +103,7 @@ class MembershipStore:
         """Store a full LIST (name, record, rv) and mark the table seeded. Conditional writes keep newer data."""
         for name, record, rv in nodes:
             self.write(name, record, rv)
-        marker = {"pk": _s("node"), "sk": _s(SEEDED_MARKER), "at": {"N": str(int(time.time()))}}
-        self._ddb.put_item(TableName=self.table, Item=marker)
+        self.mark_seeded()
 
     # -- services ---------------------------------------------------------------------------------------------
     def register_service(self, key: str, uid: str, selector: Mapping[str, str], known_new: bool = False) -> bool:

@@ -47,19 +47,42 @@ class MembershipUpdater:
         if model.same_membership(old, new):
             self.store.write(delta.key, new, max(rv, stored_rv + 1) if deleted else rv, deleted=deleted)
             return 0
-        sent = self._tell(old, new)
+        sent = self._tell([(old, new)])
         self.store.write(delta.key, new, max(rv, stored_rv + 1) if deleted else rv, deleted=deleted)
         # Tell again whoever registered in between: its reconcile may have read the members before our write.
         # (Services already told in this bucket are skipped; a reconcile registering later reads our write.)
-        return sent + self._tell(old, new)
+        return sent + self._tell([(old, new)])
 
-    def _tell(self, old: model.MemberRecord | None, new: model.MemberRecord | None) -> int:
+    def reconcile(self, nodes: list[dict[str, Any]], list_resource_version: str) -> list[model.MemberChange]:
+        """The periodic pass: make the table agree with one LIST of Nodes (a missed DELETED or MODIFIED is
+        repaired within one pass). One Query; writes and HOSTS messages only for differences. Returns them."""
+        list_rv = int(list_resource_version or 0) or max(
+            (int(n["metadata"].get("resourceVersion") or 0) for n in nodes), default=0
+        )  # without the list's version the newest item is a safe lower bound: it only delays a removal
+        seeded, stored = self.store.node_states()
+        changes = model.membership_drift(stored, nodes, list_rv)
+        pairs = [(c.old, c.new) for c in changes]
+        if changes:
+            self._tell(pairs)  # tell, store, tell again: as on_node_delta
+            for change in changes:
+                self.store.write(change.name, change.new, change.resource_version, deleted=change.gone)
+                log.warning(
+                    "membership repaired: %s",
+                    "member node gone from the API" if change.gone else "stored membership differed from the API",
+                    extra={"node": change.name, "was_member": change.old is not None, "member": change.new is not None},
+                )
+            self._tell(pairs)
+        if not seeded:
+            self.store.mark_seeded()  # every member of the LIST is stored now
+        return changes
+
+    def _tell(self, changes: list[tuple[model.MemberRecord | None, model.MemberRecord | None]]) -> int:
         now = self.clock()
         index = model.bucket(now, self.bucket_seconds)
         not_before = model.bucket_end(index, self.bucket_seconds)
         deltas = []
         for key, uid, selector in self.store.services():
-            if not model.affected(selector, old, new) or (key, index) in self._told:
+            if (key, index) in self._told or not any(model.affected(selector, old, new) for old, new in changes):
                 continue
             self._told.add((key, index))
             deltas.append(Delta("Service", "HOSTS", key, uid, f"hosts-{index}", now, {"notBefore": not_before}))

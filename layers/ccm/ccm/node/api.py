@@ -40,6 +40,10 @@ class NodeApi:
     def list_nodes(self) -> list[KubeObject]:
         return self.kube.list_nodes()
 
+    def list_nodes_at(self) -> tuple[list[KubeObject], str]:
+        """The nodes and the list's resourceVersion (what a snapshot-based comparison needs)."""
+        return self.kube.list_nodes_at()
+
     def patch_node(self, node: KubeObject, patch: dict[str, Any], *, guarded: bool) -> KubeObject | None:
         """Merge-patch the node; `guarded` adds its resourceVersion as a precondition (Conflict on 409).
         None if the node is gone."""

@@ -31,7 +31,8 @@ Contract for consumers:
   therefore be level-triggered and idempotent.
 - EC2 state-change events do not reach delta consumers: a Node we delete comes back as a DELETED delta from the
   watcher. Periodic consumers get `ctx.nodes` (the listed nodes minus those the pass deleted) and
-  `ctx.instances` (node name -> InstanceMetadata, or None when no instance was found).
+  `ctx.instances` (node name -> InstanceMetadata, or None when no instance was found) and
+  `ctx.list_resource_version` (the LIST's resourceVersion: a change newer than it is not reflected in `ctx.nodes`).
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class PassContext:
     nodes: list[KubeObject] = field(default_factory=list)
     instances: dict[str, InstanceMetadata | None] = field(default_factory=dict)
     attempt: int = 1
+    list_resource_version: str = ""  # of the LIST `nodes` came from: anything newer was not in it
 
 
 NodeDeltaConsumer = Callable[[Delta, NodeContext], None]
@@ -264,7 +266,7 @@ class NodeRuntime(FifoBatchRuntime):
         """Every node, one batched lookup: deletes dead NotReady nodes whose events were lost, taints stopped
         ones, initialises tainted ones, refreshes addresses. A failing node is logged and counted, never fails
         the pass (the next one is 5 minutes away); consumer failures do fail the record."""
-        nodes = self.api.list_nodes()
+        nodes, list_rv = self.api.list_nodes_at()
         lookup = self.sync.lookup(nodes, refresh=True)
         kept: list[KubeObject] = []
         failed = 0
@@ -281,7 +283,9 @@ class NodeRuntime(FifoBatchRuntime):
                 kept.append(result.node)
         metrics.add_metric(name="SafetyPassNodes", unit=MetricUnit.Count, value=len(nodes))
         metrics.add_metric(name="SafetyPassNodeFailures", unit=MetricUnit.Count, value=failed)
-        ctx = PassContext(self.settings, self.kube, self.api, self.clients, self.instances, kept, dict(lookup), attempt)
+        ctx = PassContext(
+            self.settings, self.kube, self.api, self.clients, self.instances, kept, dict(lookup), attempt, list_rv
+        )
         errors: list[tuple[str, Exception]] = []
         for consumer in self.periodic_consumers:
             try:

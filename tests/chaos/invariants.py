@@ -1,0 +1,305 @@
+"""The invariants a chaos schedule is judged by, once the world is quiet: load balancers (NLB and Classic ELB) as
+the Services want them, no leak, the membership table as the API says, routes, empty DLQs. Reads go straight to
+moto and the emulator's store (no fault lands on the judge)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from ccm.service import predicates as p
+from devstack.stack import Stack
+from tests.e2e.helpers import lb_name
+
+TARGET_LABELS = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
+SERVICE_NAME_TAG = "kubernetes.io/service-name"
+SERVICE_UID_TAG = "serverless-ccm/service-uid"
+
+
+_CLIENTS: dict[tuple[str, str], Any] = {}
+
+
+def aws(stack: Stack, service: str) -> Any:
+    """Cached clients straight to moto (building a botocore client costs ~0.5 s)."""
+    key = (stack.endpoint_url, service)
+    if key not in _CLIENTS:
+        _CLIENTS[key] = stack.aws(service)
+    return _CLIENTS[key]
+
+
+def read(stack: Stack, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+    assert stack.emulator is not None
+    return stack.emulator.get(kind, namespace, name)
+
+
+def queue_depth(stack: Stack, logical_id: str) -> int:
+    attrs = aws(stack, "sqs").get_queue_attributes(
+        QueueUrl=stack.queue_urls[logical_id], AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"])
+
+
+@dataclass
+class Expected:
+    """What the model says about one Service name of the example's namespace."""
+
+    lb: bool  # type LoadBalancer
+    valid: bool  # annotations parse (an invalid Service keeps whatever LB it had, nothing is asserted on it)
+    deleted: bool
+    target_labels: dict[str, str] = field(default_factory=dict)
+    lb_type: str = "nlb"  # or "clb" (the aws-load-balancer-type annotation)
+
+
+@dataclass
+class AwsView:
+    lbs: dict[str, dict[str, Any]]  # arn -> {"lb": ..., "tags": {...}}
+    clbs: dict[str, dict[str, Any]]  # Classic ELB name -> {"lb": ..., "tags": {...}}
+    tgs: dict[str, dict[str, Any]]
+    sgs: dict[str, dict[str, Any]]  # group id -> {"sg": ..., "tags": {...}}
+    node_sg_rules: list[str]  # security group ids referenced by the node group's ingress rules
+    tagged: set[str]  # every ARN the tagging API returns for the cluster tag
+
+
+def _tags(elbv2: Any, arns: list[str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for start in range(0, len(arns), 20):
+        for desc in elbv2.describe_tags(ResourceArns=arns[start : start + 20])["TagDescriptions"]:
+            out[desc["ResourceArn"]] = {t["Key"]: t["Value"] for t in desc.get("Tags", [])}
+    return out
+
+
+def aws_view(stack: Stack) -> AwsView:
+    assert stack.world is not None
+    elbv2, ec2 = aws(stack, "elbv2"), aws(stack, "ec2")
+    cluster_tag = stack.world.cluster_tag_key
+    lbs = {lb["LoadBalancerArn"]: lb for lb in elbv2.describe_load_balancers()["LoadBalancers"]}
+    tgs = {tg["TargetGroupArn"]: tg for tg in elbv2.describe_target_groups()["TargetGroups"]}
+    lb_tags, tg_tags = _tags(elbv2, list(lbs)), _tags(elbv2, list(tgs))
+    groups = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [stack.world.vpc_id]}])
+    sgs = {
+        g["GroupId"]: {"sg": g, "tags": {t["Key"]: t["Value"] for t in g.get("Tags", [])}}
+        for g in groups["SecurityGroups"]
+    }
+    node_sg = sgs[stack.world.node_sg_id]["sg"]
+    referenced = [pair["GroupId"] for rule in node_sg["IpPermissions"] for pair in rule.get("UserIdGroupPairs", [])]
+    elb = aws(stack, "elb")
+    clbs = {d["LoadBalancerName"]: d for d in elb.describe_load_balancers()["LoadBalancerDescriptions"]}
+    clb_tags: dict[str, dict[str, str]] = {}
+    names = list(clbs)
+    for start in range(0, len(names), 20):
+        for desc in elb.describe_tags(LoadBalancerNames=names[start : start + 20])["TagDescriptions"]:
+            clb_tags[desc["LoadBalancerName"]] = {t["Key"]: t["Value"] for t in desc.get("Tags", [])}
+    tagged: set[str] = set()
+    for page in (
+        aws(stack, "resourcegroupstaggingapi")
+        .get_paginator("get_resources")
+        .paginate(TagFilters=[{"Key": cluster_tag}])
+    ):
+        tagged |= {r["ResourceARN"] for r in page["ResourceTagMappingList"]}
+    return AwsView(
+        lbs={a: {"lb": lb, "tags": lb_tags.get(a, {})} for a, lb in lbs.items()},
+        clbs={n: {"lb": lb, "tags": clb_tags.get(n, {})} for n, lb in clbs.items()},
+        tgs={a: {"tg": tg, "tags": tg_tags.get(a, {})} for a, tg in tgs.items()},
+        sgs={g: s for g, s in sgs.items() if cluster_tag in s["tags"] and g != stack.world.node_sg_id},
+        node_sg_rules=referenced,
+        tagged=tagged,
+    )
+
+
+def listeners(stack: Stack, lb_arn: str) -> dict[int, Any]:
+    """{port: (protocol, target group port, sorted target ids)} of a load balancer."""
+    elbv2 = aws(stack, "elbv2")
+    out: dict[int, Any] = {}
+    for listener in elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]:
+        tg_arn = listener["DefaultActions"][0]["TargetGroupArn"]
+        tg = elbv2.describe_target_groups(TargetGroupArns=[tg_arn])["TargetGroups"][0]
+        health = elbv2.describe_target_health(TargetGroupArn=tg_arn)["TargetHealthDescriptions"]
+        out[listener["Port"]] = (listener["Protocol"], tg["Port"], sorted(h["Target"]["Id"] for h in health))
+    return out
+
+
+def clb_listeners(desc: dict[str, Any]) -> dict[int, Any]:
+    """{port: (protocol, instance port, sorted instance ids)} of a Classic ELB (targets are the LB's instances)."""
+    instances = sorted(i["InstanceId"] for i in desc.get("Instances", []))
+    return {
+        d["Listener"]["LoadBalancerPort"]: (d["Listener"]["Protocol"], d["Listener"]["InstancePort"], instances)
+        for d in desc.get("ListenerDescriptions", [])
+    }
+
+
+def expected_targets(stack: Stack, target_labels: dict[str, str]) -> list[str]:
+    assert stack.emulator is not None
+    ids = []
+    for node in stack.emulator.list("nodes"):
+        labels = p.meta(node).get("labels") or {}
+        if p.is_member_node(node) and all(labels.get(k) == v for k, v in target_labels.items()):
+            instance = p.instance_id(node)
+            if instance:
+                ids.append(instance)
+    return sorted(ids)
+
+
+def violations(stack: Stack, namespace: str, model: dict[str, Expected], baseline: set[str]) -> list[str]:
+    """Every way the world differs from the model after a quiesce; [] when all invariants hold."""
+    problems: list[str] = []
+    view = aws_view(stack)
+    live_uids: dict[str, str] = {}  # uid -> name, of live Services that want a load balancer
+    for name, want in sorted(model.items()):
+        key = f"{namespace}/{name}"
+        live = read(stack, "services", namespace, name)
+        mine_lbs = [a for a, v in view.lbs.items() if v["tags"].get(SERVICE_NAME_TAG) == key]
+        mine_lbs += [n for n, v in view.clbs.items() if v["tags"].get(SERVICE_NAME_TAG) == key]
+        if want.deleted:
+            if live is not None:
+                problems.append(f"{key}: deleted but still present (finalizers {p.meta(live).get('finalizers')})")
+            if mine_lbs:
+                problems.append(f"{key}: deleted but its load balancer remains: {mine_lbs}")
+            continue
+        if live is None:
+            problems.append(f"{key}: missing from the API")
+            continue
+        uid = p.meta(live)["uid"]
+        ingress = ((live.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        if not want.lb:
+            if p.has_finalizer(live) or ingress or mine_lbs:
+                problems.append(f"{key}: ClusterIP but finalizer/ingress/LB remain: {ingress} {mine_lbs}")
+            continue
+        live_uids[uid] = name
+        if not want.valid:
+            if len(mine_lbs) > 1:
+                problems.append(f"{key}: invalid config yet {len(mine_lbs)} load balancers")
+            continue
+        if len(mine_lbs) != 1:
+            problems.append(f"{key}: wants one load balancer, has {len(mine_lbs)}")
+            continue
+        if not p.has_finalizer(live):
+            problems.append(f"{key}: load balancer without the cleanup finalizer")
+        classic = mine_lbs[0] in view.clbs
+        if classic != (want.lb_type == "clb"):
+            problems.append(f"{key}: wants a {want.lb_type}, has a {'clb' if classic else 'nlb'}")
+            continue
+        lb = (view.clbs if classic else view.lbs)[mine_lbs[0]]["lb"]
+        if lb["LoadBalancerName"] != lb_name(live):
+            problems.append(f"{key}: load balancer {lb['LoadBalancerName']} not named after the live UID {uid}")
+            continue
+        found = clb_listeners(lb) if classic else listeners(stack, lb["LoadBalancerArn"])
+        state = {"dns": lb["DNSName"], "listeners": found}
+        targets = expected_targets(stack, want.target_labels)
+        wanted = {
+            sp["port"]: (sp.get("protocol", "TCP"), sp["nodePort"], targets) for sp in live["spec"].get("ports", [])
+        }
+        if state["listeners"] != wanted:
+            problems.append(f"{key}: listeners {state['listeners']} != spec {wanted}")
+        hosts = [i.get("hostname") for i in ingress]
+        if hosts != [state["dns"]]:
+            problems.append(f"{key}: status hostnames {hosts} != [{state['dns']}]")
+    # No leak: everything tagged for the cluster belongs to the baseline or to a live Service that wants an LB.
+    owned: set[str] = set()
+    kinds = (
+        ("load balancer", view.lbs),
+        ("classic load balancer", view.clbs),
+        ("target group", view.tgs),
+        ("security group", view.sgs),
+    )
+    for kind, items in kinds:
+        for ident, item in items.items():
+            uid = item["tags"].get(SERVICE_UID_TAG, "")
+            if kind != "security group" and not item["tags"]:
+                continue  # untagged ELB resources are not ours (none exist in the devstack)
+            if uid not in live_uids:
+                problems.append(f"leak: {kind} {ident} of {item['tags'].get(SERVICE_NAME_TAG)} uid {uid or '-'}")
+            owned.add(ident)
+    for arn in sorted(view.tagged - baseline):
+        if not any(arn == o or arn.endswith("/" + o) for o in owned):
+            problems.append(f"leak: tagged resource {arn} without an owner")
+    dangling = [g for g in view.node_sg_rules if g not in view.sgs and g != (stack.world and stack.world.node_sg_id)]
+    if dangling:
+        problems.append(f"leak: node security group rules still reference deleted groups {dangling}")
+    problems += membership_violations(stack)
+    problems += route_violations(stack)
+    for dlq in dlqs(stack):
+        depth = queue_depth(stack, dlq)
+        if depth:
+            problems.append(f"{dlq}: {depth} message(s) dead-lettered")
+    return problems
+
+
+def route_violations(stack: Stack) -> list[str]:
+    """With routes enabled: every cluster-tagged route table holds exactly one route per pod CIDR of a live node
+    with an instance, to that instance, and nothing else inside the cluster CIDRs (no route of a gone node, no
+    blackhole)."""
+    if not stack.config.routes:
+        return []
+    assert stack.emulator is not None and stack.world is not None
+    cidrs = [ipaddress.ip_network(c) for c in stack.config.cluster_cidrs]
+    wanted: dict[str, str] = {}
+    for node in stack.emulator.list("nodes"):
+        instance = p.instance_id(node)
+        for cidr in (node.get("spec") or {}).get("podCIDRs") or []:
+            if instance:
+                wanted[cidr] = instance
+    problems: list[str] = []
+    tables = aws(stack, "ec2").describe_route_tables(RouteTableIds=stack.world.cluster_route_table_ids)
+    for table in tables["RouteTables"]:
+        have = {
+            r["DestinationCidrBlock"]: (r.get("InstanceId") or r.get("GatewayId") or "?", r.get("State"))
+            for r in table["Routes"]
+            if "DestinationCidrBlock" in r
+            and any(ipaddress.ip_network(r["DestinationCidrBlock"]).subnet_of(c) for c in cidrs)  # type: ignore[arg-type]
+        }
+        expected = {cidr: (instance, "active") for cidr, instance in wanted.items()}
+        if have != expected:
+            problems.append(f"routes of {table['RouteTableId']}: {have} != {expected}")
+    return problems
+
+
+def dlqs(stack: Stack) -> list[str]:
+    return sorted(q for q in stack.queue_urls if q.endswith("DLQ"))
+
+
+def membership_violations(stack: Stack) -> list[str]:
+    """The membership table against the API: no member for a node that does not exist (or is no member any
+    more), every member node present with its instance and labels. Nothing is asserted before the table was
+    seeded (until then readers LIST the API)."""
+    assert stack.emulator is not None
+    ddb = aws(stack, "dynamodb")
+    items: list[dict[str, Any]] = []
+    for page in ddb.get_paginator("query").paginate(
+        TableName=stack.tables["MembershipTable"],
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": "node"}},
+        ConsistentRead=True,
+    ):
+        items.extend(page["Items"])
+    if not any(i["sk"]["S"] == "#seeded" for i in items):
+        return []
+    stored = {
+        i["sk"]["S"]: (
+            i.get("instance", {}).get("S", ""),
+            {k: v["S"] for k, v in i.get("labels", {}).get("M", {}).items()},
+        )
+        for i in items
+        if i.get("member", {}).get("BOOL")
+    }
+    live = {
+        p.meta(n)["name"]: (p.instance_id(n) or "", dict(p.meta(n).get("labels") or {}))
+        for n in stack.emulator.list("nodes")
+        if p.is_member_node(n)
+    }
+    problems = [
+        f"membership: {name} is a member but {'no member' if name in _names(stack) else 'gone'} in the API"
+        for name in sorted(set(stored) - set(live))
+    ]
+    problems += [f"membership: member node {name} missing from the table" for name in sorted(set(live) - set(stored))]
+    problems += [
+        f"membership: {name} stored as {stored[name]}, the API says {live[name]}"
+        for name in sorted(set(stored) & set(live))
+        if stored[name] != live[name]
+    ]
+    return problems
+
+
+def _names(stack: Stack) -> set[str]:
+    assert stack.emulator is not None
+    return {p.meta(n)["name"] for n in stack.emulator.list("nodes")}
