@@ -70,6 +70,7 @@ CONFLICT_RETRY_SECONDS: Final = 5
 UNTAGGED_NODE_GROUP: Final = "NodeSecurityGroupNotTagged"  # Warning reason: the LB cannot reach the nodes
 NODE_GROUPS_TTL_SECONDS: Final = 1800.0
 _LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
+_RULE_GONE: Final = ("InvalidPermission.NotFound", "InvalidSecurityGroupRuleId.NotFound")
 
 # (region, vpc, cluster) -> (when, node group ids); shared by the threads of one execution environment.
 _node_groups: dict[tuple[str, str, str], tuple[float, tuple[str, ...]]] = {}
@@ -262,7 +263,7 @@ class SecurityGroups:
         for group in groups:
             rules = m.rules_from_permissions(group.get("IpPermissions", []))
             authorize, stale = m.plan_node_access(rules, lb_group_ids[0], lb_name, service_uid, node_ids)
-            self._authorize(str(group["GroupId"]), authorize)
+            self._authorize(str(group["GroupId"]), authorize, tags=m.node_rule_tags(self._cluster_tag))
             if stale:
                 retire[str(group["GroupId"])] = stale
         self._retire(retire, {lb_name})
@@ -373,7 +374,10 @@ class SecurityGroups:
                     users.setdefault(gid, set()).update(lbs)
         for group_id, rules in rules_by_group.items():
             revoke, relabel = m.plan_retire(rules, retiring, users)
-            self._revoke(group_id, revoke)
+            # A rule from a managed group that is going away is revoked whatever made it (the group cannot be
+            # deleted while referenced); any other only if we tagged it when adding it.
+            self._revoke(group_id, [r for r in revoke if r.source_group in exclusive])
+            self._revoke_tagged(group_id, [r for r in revoke if r.source_group not in exclusive])
             if relabel:
                 log.info("node rules of %s handed over: %s", sorted(retiring), [r.description for r in relabel])
                 self.clients.ec2.update_security_group_rule_descriptions_ingress(
@@ -381,11 +385,20 @@ class SecurityGroups:
                 )
 
     # -- rule writes -----------------------------------------------------------------------------------------------
-    def _authorize(self, group_id: str, rules: list[IngressRule], *, lb_rules: bool = False) -> None:
+    def _authorize(
+        self,
+        group_id: str,
+        rules: list[IngressRule],
+        *,
+        lb_rules: bool = False,
+        tags: list[dict[str, Any]] | None = None,
+    ) -> None:
         if not rules:
             return
         try:
-            self.clients.ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=m.to_permissions(rules))
+            self.clients.ec2.authorize_security_group_ingress(
+                GroupId=group_id, IpPermissions=m.to_permissions(rules), **({"TagSpecifications": tags} if tags else {})
+            )
         except ClientError as err:
             code = _code(err)
             if code == "InvalidPermission.Duplicate":
@@ -411,6 +424,41 @@ class SecurityGroups:
                 ) from err
             raise
         log.info("authorized %d rules on %s", len(rules), group_id)
+
+    def _revoke_tagged(self, group_id: str, rules: list[IngressRule]) -> None:
+        """Revoke, by rule id, those of `rules` that carry our cluster tag (AuthorizeSecurityGroupIngress
+        TagSpecifications); a rule with our description but without the tag is someone else's: left alone."""
+        if not rules:
+            return
+        described: list[dict[str, Any]] = []
+        for page in self.clients.ec2.get_paginator("describe_security_group_rules").paginate(
+            Filters=[{"Name": "group-id", "Values": [group_id]}, {"Name": "tag-key", "Values": [self._cluster_tag]}]
+        ):
+            described += page["SecurityGroupRules"]
+        ids, untagged = m.tagged_rule_ids(rules, described, self._cluster_tag)
+        if untagged:
+            log.warning(
+                "not revoking %d rules of %s without the tag %s: %s",
+                len(untagged), group_id, self._cluster_tag, [r.description for r in untagged],
+            )  # fmt: skip
+        self._revoke_ids(group_id, ids)
+
+    def _revoke_ids(self, group_id: str, ids: list[str]) -> None:
+        if not ids:
+            return
+        try:
+            self.clients.ec2.revoke_security_group_ingress(GroupId=group_id, SecurityGroupRuleIds=ids)
+        except ClientError as err:
+            code = _code(err)
+            if code == "InvalidGroup.NotFound" or (code in _RULE_GONE and len(ids) == 1):
+                return
+            if code not in _RULE_GONE:
+                raise
+            # One of them was revoked concurrently and the call is all-or-nothing: the others one by one.
+            for rule_id in ids:
+                self._revoke_ids(group_id, [rule_id])
+            return
+        log.info("revoked %d tagged rules on %s", len(ids), group_id)
 
     def _revoke(self, group_id: str, rules: list[IngressRule]) -> None:
         if not rules:
