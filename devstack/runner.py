@@ -89,6 +89,7 @@ class EventSourceRunner:
         endpoint_url: str | None = None,
         region: str | None = None,
         env_overrides: Mapping[str, str] | None = None,
+        function_env: Mapping[str, Mapping[str, str]] | None = None,
         functions: Iterable[str] | None = None,
         wait_time_seconds: int = 1,
         default_concurrency: int = 5,
@@ -97,7 +98,9 @@ class EventSourceRunner:
         """facts: the template (parameters applied); queue_urls: {queue logical id: URL} from create_queues.
 
         sqs_client or endpoint_url: where the queues live. env_overrides go on top of the template environment
-        (e.g. AWS_ENDPOINT_URL, KUBECONFIG). functions: logical ids to run (default: all with SQS events).
+        (e.g. AWS_ENDPOINT_URL, KUBECONFIG); function_env: logical id -> variables on top of those for that
+        function only (its own identity, e.g. its KUBECONFIG).
+        functions: logical ids to run (default: all with SQS events).
         default_concurrency: pollers for an event without ScalingConfig (Lambda would scale up to 1000).
         echo_logs: also write every log line of the functions there ("<logical id> <line>"), e.g. sys.stdout.
         """
@@ -107,6 +110,7 @@ class EventSourceRunner:
         self.queue_urls = dict(queue_urls)
         self.region = region or facts.region
         self.env_overrides = dict(env_overrides or {})
+        self.function_env = {name: dict(env) for name, env in (function_env or {}).items()}
         self.wait_time_seconds = wait_time_seconds
         self.default_concurrency = default_concurrency
         self._functions = self._functions_of(self.facts, functions)
@@ -193,7 +197,8 @@ class EventSourceRunner:
 
     def _pool(self, fn: FunctionFacts) -> Pool:
         name = self._function_name(fn)
-        env = lambda_environment(fn, name, self.region, self.env_overrides, log_stream="")
+        overrides = {**self.env_overrides, **self.function_env.get(fn.logical_id, {})}
+        env = lambda_environment(fn, name, self.region, overrides, log_stream="")
         return Pool(fn, env, self._logs)
 
     def __enter__(self) -> EventSourceRunner:

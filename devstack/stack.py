@@ -64,6 +64,9 @@ class StackConfig:
     prepare_emulator: Callable[[Emulator], None] | None = None
     watcher_token: str | None = None
     functions_token: str | None = None
+    # Per function (template logical id -> token): each function runs as its own user, as each function role is
+    # its own access entry and group on EKS; the others keep functions_token.
+    function_tokens: dict[str, str] = field(default_factory=dict)
     # Route the Lambdas' AWS calls through devstack.aws_faults.AwsFaultProxy (Stack.aws_proxy) for chaos tests.
     aws_fault_proxy: bool = False
     # "eks": the functions authenticate as on EKS (DescribeCluster against moto, locally minted tokens) and the
@@ -87,6 +90,7 @@ class Stack:
         self.kubeconfig = ""
         self.watcher_kubeconfig = ""
         self.functions_kubeconfig = ""
+        self.function_kubeconfigs: dict[str, str] = {}  # logical id -> its own kubeconfig (function_tokens)
         self.endpoint_url = ""
         self.watcher_health_port = 0
         self.aws_proxy: AwsFaultProxy | None = None
@@ -131,6 +135,8 @@ class Stack:
                 self.emulator.create(node)
         self.watcher_kubeconfig = self._kubeconfig_for("watcher", cfg.watcher_token)
         self.functions_kubeconfig = self._kubeconfig_for("functions", cfg.functions_token)
+        if self.emulator is not None and cfg.kube_auth != "eks":
+            self.function_kubeconfigs = {fn: self._kubeconfig_for(fn, t) for fn, t in cfg.function_tokens.items()}
         params: dict[str, str | int] = {
             "ClusterName": cfg.cluster_name,
             "VpcId": self.world.vpc_id,
@@ -155,6 +161,7 @@ class Stack:
                 endpoint_url=self.endpoint_url,
                 region=cfg.region,
                 env_overrides=self.lambda_environment(),
+                function_env={fn: {"KUBECONFIG": path} for fn, path in self.function_kubeconfigs.items()},
                 echo_logs=cfg.function_logs,
             )
             self.runner.start()

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ccm.doctor.access import LAMBDA_GROUPS, LAMBDA_RULES
+from ccm.doctor.facts import RbacRule
 from devstack.k8s_emulator import Emulator
 from tests.deploy import schema
 from tests.deploy.conftest import REPO, TARGETS, Obj, find, make_kubectl, render, rendered_text, versioned_kubectls
@@ -226,8 +228,12 @@ def test_watcher_role_is_list_and_watch_of_services_and_nodes_only() -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": WATCHER, "namespace": NAMESPACE}]
 
 
-def test_lambda_role_grants_exactly_the_calls_the_functions_make() -> None:
-    role = find(render("lambda-rbac"), "ClusterRole", "serverless-ccm:reconcilers")
+def lambda_roles() -> dict[str, Obj]:
+    objs = render("lambda-rbac")
+    return {kind: find(objs, "ClusterRole", group) for kind, group in LAMBDA_GROUPS.items()}
+
+
+def test_lambda_roles_together_grant_exactly_the_calls_the_functions_make() -> None:
     used = k8s_calls(REPO / "layers/ccm/ccm", REPO / "functions")
     assert used == {
         ("services", "get"),
@@ -241,24 +247,43 @@ def test_lambda_role_grants_exactly_the_calls_the_functions_make() -> None:
         ("nodes/status", "patch"),
         ("events", "create"),
     }
-    assert granted(role) == used
+    assert set().union(*(granted(role) for role in lambda_roles().values())) == used
+    assert {o["kind"] for o in render("lambda-rbac")} == {"ClusterRole", "ClusterRoleBinding"}
+    assert len(render("lambda-rbac")) == 2 * len(LAMBDA_GROUPS)  # nothing shared, no catch-all group
 
 
-def test_lambda_binding_names_the_group_of_every_access_entry() -> None:
+def test_each_function_role_grants_exactly_what_the_doctor_expects() -> None:
+    def key(rule: RbacRule) -> tuple[str, str]:
+        return (rule.resource + (f"/{rule.subresource}" if rule.subresource else ""), rule.verb)
+
+    for kind, role in lambda_roles().items():
+        needed = {key(r) for r in LAMBDA_RULES[kind] if r.allowed}
+        assert granted(role) == needed, kind
+        assert not granted(role) & {key(r) for r in LAMBDA_RULES[kind] if not r.allowed}, kind
+    roles = lambda_roles()
+    assert not {v for r, v in granted(roles["sweeper"]) if r.startswith("nodes")}  # the sweeper never touches Nodes
+    assert not {r for r, _ in granted(roles["routes"]) if r.startswith("services")}  # nor routes Services
+    assert ("nodes", "delete") not in granted(roles["services"])
+
+
+def test_each_access_entry_maps_its_function_role_to_its_own_bound_group() -> None:
     template = yaml.load((REPO / "template.yaml").read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
-    groups = {
-        group
+    entries = {
+        resource["Properties"]["PrincipalArn"].split(".")[0]: resource["Properties"]["KubernetesGroups"]
         for resource in template["Resources"].values()
         if resource["Type"] == "AWS::EKS::AccessEntry"
-        for group in resource["Properties"]["KubernetesGroups"]
+    }  # !GetAtt <Role>.Arn reads as the string "<Role>.Arn"
+    assert entries == {
+        "ServiceReconcilerFunctionRole": [LAMBDA_GROUPS["services"]],
+        "NodeReconcilerFunctionRole": [LAMBDA_GROUPS["nodes"]],
+        "RouteReconcilerFunctionRole": [LAMBDA_GROUPS["routes"]],
+        "SweeperFunctionRole": [LAMBDA_GROUPS["sweeper"]],
     }
-    binding = find(render("lambda-rbac"), "ClusterRoleBinding", "serverless-ccm:reconcilers")
-    assert groups == {s["name"] for s in binding["subjects"] if s["kind"] == "Group"} == {"serverless-ccm"}
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": "serverless-ccm:reconcilers",
-    }
+    objs = render("lambda-rbac")
+    for group in LAMBDA_GROUPS.values():
+        binding = find(objs, "ClusterRoleBinding", group)
+        assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": group}
 
 
 # ---------------------------------------------------------------------- overlays

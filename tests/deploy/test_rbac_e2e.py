@@ -1,12 +1,15 @@
 """The whole stack under the exact RBAC deploy/ ships: the emulator enforces the roles per token, the watcher runs as
-its ServiceAccount, the Lambdas as an IAM role that an access entry maps to the group serverless-ccm. A Service
-gets its load balancer and a new Node is initialised (the roles are sufficient), nothing they did was refused,
-and verbs outside the roles are (they are least privilege)."""
+its ServiceAccount, each Lambda as its own IAM role that its access entry maps to its own group
+(serverless-ccm:<function>). A Service gets its load balancer, a new Node is initialised, routes are created and the
+sweeper runs (each role is sufficient), nothing they did was refused, and verbs outside each role are (least
+privilege per function: the routes function may not patch a Service, the sweeper may not delete a Node)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,8 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from ccm.doctor.access import LAMBDA_GROUPS
+from ccm.doctor.facts import RoleKind
 from ccm.node import model as m
 from devstack.k8s_emulator import Emulator
 from devstack.stack import Stack, StackConfig
@@ -24,9 +29,15 @@ from tests.e2e.test_nodes import create_node, launch, provider_id, read_node
 from tests.e2e.test_routes import condition, expected, pod_routes
 
 WATCHER_USER = "system:serviceaccount:serverless-ccm:serverless-ccm-watcher"
-# What an EKS access entry authenticates a function's role as; its group comes from KubernetesGroups.
-FUNCTIONS_USER = "arn:aws:sts::123456789012:assumed-role/serverless-ccm-reconcilers/devstack"
-TOKENS = {"watcher-token": WATCHER_USER, "functions-token": FUNCTIONS_USER}
+# What an EKS access entry authenticates each function's role as; its group comes from its KubernetesGroups.
+FUNCTIONS: dict[str, RoleKind] = {
+    "ServiceReconcilerFunction": "services",
+    "NodeReconcilerFunction": "nodes",
+    "RouteReconcilerFunction": "routes",
+    "SweeperFunction": "sweeper",
+}
+USERS = {kind: f"arn:aws:sts::123456789012:assumed-role/serverless-ccm-{kind}/devstack" for kind in FUNCTIONS.values()}
+TOKENS = {"watcher-token": WATCHER_USER, **{f"{kind}-token": user for kind, user in USERS.items()}}
 
 
 def install_deploy(tmp: Path) -> Any:
@@ -43,7 +54,7 @@ def install_deploy(tmp: Path) -> Any:
         )
         assert proc.returncode == 0, proc.stderr
         emu.tokens.update(TOKENS)
-        emu.enable_rbac({FUNCTIONS_USER: ["serverless-ccm"]})
+        emu.enable_rbac({user: [LAMBDA_GROUPS[kind]] for kind, user in USERS.items()})
 
     return prepare
 
@@ -55,10 +66,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         state_dir=state_dir,
         concurrency=2,
         resync_seconds=3600,
-        routes=True,  # the route reconciler runs under the same group
+        routes=True,  # the route reconciler runs too, under its own group
         prepare_emulator=install_deploy(state_dir),
         watcher_token="watcher-token",
-        functions_token="functions-token",
+        function_tokens={fn: f"{kind}-token" for fn, kind in FUNCTIONS.items()},
     )
     with Stack(config) as running:
         yield running
@@ -68,10 +79,12 @@ def core_as(kubeconfig: str) -> kubernetes.client.CoreV1Api:
     return kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=kubeconfig))
 
 
-def test_watcher_and_functions_run_as_their_own_users(stack: Stack) -> None:
+def test_watcher_and_each_function_run_as_their_own_users(stack: Stack) -> None:
     assert stack.emulator is not None and stack.emulator.rbac is not None
     assert json.loads(Path(stack.watcher_kubeconfig).read_text())["users"][0]["user"]["token"] == "watcher-token"
-    assert stack.lambda_environment()["KUBECONFIG"] == stack.functions_kubeconfig != stack.kubeconfig
+    for fn, kind in FUNCTIONS.items():
+        user = json.loads(Path(stack.function_kubeconfigs[fn]).read_text())["users"][0]["user"]
+        assert user["token"] == f"{kind}-token", fn
     users = {e["user"] for e in stack.emulator.request_log.snapshot()}
     assert WATCHER_USER in users  # the watcher's initial lists
 
@@ -106,6 +119,14 @@ def test_pod_cidr_routes_are_created_and_nodes_marked_routed(stack: Stack) -> No
     assert (routed["status"], routed["reason"]) == ("False", "RouteCreated")
 
 
+def test_the_sweeper_runs_under_its_own_group(stack: Stack) -> None:
+    assert stack.runner is not None
+    scheduled = {"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events"}
+    swept = stack.runner.invoke("SweeperFunction", {**scheduled, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    assert swept is not None and "error" not in swept and swept["response"]["failed"] == 0, swept
+    assert swept["response"]["kube_calls"] >= 1
+
+
 def test_nothing_the_watcher_or_functions_did_was_refused(stack: Stack) -> None:
     assert stack.runner is not None and stack.emulator is not None
     stack.runner.drain(30)
@@ -119,33 +140,63 @@ def test_nothing_the_watcher_or_functions_did_was_refused(stack: Stack) -> None:
         if e["status"] in (401, 403)
     ]
     assert refused == []
-    # The functions used the writes their role grants (so the check above covered them).
-    writes = {(e["method"], e["path"].rsplit("/", 1)[-1]) for e in by_user[FUNCTIONS_USER] if e["method"] != "GET"}
-    assert ("PATCH", "status") in writes and ("POST", "events") in writes, writes
+
+    # Each function used the calls its own role grants, as its own user (so the check above covered them).
+    services = {(e["method"], e["path"].split("?")[0]) for e in by_user[USERS["services"]]}
+    assert any(m == "PATCH" and p.endswith("/services/rbac-web/status") for m, p in services), services
+    assert any(m == "PATCH" and p.endswith("/services/rbac-web") for m, p in services), services
+    nodes = {(e["method"], e["path"].split("?")[0]) for e in by_user[USERS["nodes"]]}
+    assert any(m == "PATCH" and "/api/v1/nodes/" in p and not p.endswith("/status") for m, p in nodes), nodes
+    routes = {(e["method"], e["path"].split("?")[0]) for e in by_user[USERS["routes"]]}
+    assert any(m == "PATCH" and p.endswith("/status") for m, p in routes), routes
+    assert not any("/services" in p for _, p in routes), routes
+    sweeper = {(e["method"], e["path"].split("?")[0]) for e in by_user[USERS["sweeper"]]}
+    assert ("GET", "/api/v1/services") in sweeper and not any("/nodes" in p for _, p in sweeper), sweeper
 
 
-def test_verbs_outside_the_roles_are_forbidden(stack: Stack) -> None:
+def test_verbs_outside_each_role_are_forbidden(stack: Stack) -> None:
     watcher = core_as(stack.watcher_kubeconfig)
-    functions = core_as(stack.functions_kubeconfig)
+    fn = {kind: core_as(stack.function_kubeconfigs[f]) for f, kind in FUNCTIONS.items()}
+    merge = {"_content_type": "application/merge-patch+json"}
+    node = stack.world.node_objects()[0]["metadata"]["name"]  # type: ignore[union-attr]
+    label = {"metadata": {"labels": {"x": "y"}}}
     cases = [
         (lambda: watcher.delete_namespaced_service("rbac-web", "default"), "delete", "services", WATCHER_USER),
         (lambda: watcher.read_namespaced_service("rbac-web", "default"), "get", "services", WATCHER_USER),
-        (lambda: functions.delete_namespaced_service("rbac-web", "default"), "delete", "services", FUNCTIONS_USER),
-        (lambda: functions.create_namespace({"metadata": {"name": "x"}}), "create", "namespaces", FUNCTIONS_USER),
+        (lambda: fn["services"].delete_namespaced_service("rbac-web", "default"), "delete", "services", "services"),
+        (lambda: fn["services"].delete_node(node), "delete", "nodes", "services"),
+        (lambda: fn["services"].create_namespace({"metadata": {"name": "x"}}), "create", "namespaces", "services"),
         (
-            lambda: functions.list_namespaced_service_account("serverless-ccm"),
-            "list",
-            "serviceaccounts",
-            FUNCTIONS_USER,
+            lambda: fn["routes"].patch_namespaced_service("rbac-web", "default", label, **merge),
+            "patch",
+            "services",
+            "routes",
         ),
+        (lambda: fn["routes"].patch_node(node, label, **merge), "patch", "nodes", "routes"),
+        (lambda: fn["sweeper"].delete_node(node), "delete", "nodes", "sweeper"),
+        (
+            lambda: fn["sweeper"].patch_namespaced_service("rbac-web", "default", label, **merge),
+            "patch",
+            "services",
+            "sweeper",
+        ),
+        (
+            lambda: fn["nodes"].patch_namespaced_service("rbac-web", "default", label, **merge),
+            "patch",
+            "services",
+            "nodes",
+        ),
+        (lambda: fn["nodes"].list_namespaced_service_account("serverless-ccm"), "list", "serviceaccounts", "nodes"),
     ]
-    for call, verb, resource, user in cases:
+    for call, verb, resource, who in cases:
+        user = USERS.get(who, who)
         with pytest.raises(ApiException) as err:
             call()
         status = json.loads(err.value.body)
         assert (err.value.status, status["reason"]) == (403, "Forbidden")
         assert f'User "{user}" cannot {verb} resource "{resource}"' in status["message"]
     assert read_service_exists(stack, "rbac-web")
+    assert core_as(stack.kubeconfig).read_node(node).metadata.labels.get("x") is None
 
 
 def read_service_exists(stack: Stack, name: str) -> bool:

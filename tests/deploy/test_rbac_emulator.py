@@ -12,12 +12,15 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from ccm.doctor.access import LAMBDA_GROUPS
 from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.rbac import Attributes, allowed, forbidden_message, load_objects, rule_allows, user_groups
 from tests.deploy.conftest import render
 
 WATCHER_USER = "system:serviceaccount:serverless-ccm:serverless-ccm-watcher"
-LAMBDA_USER = "arn:aws:sts::111122223333:assumed-role/serverless-ccm-service-reconciler/fn"
+# What EKS authenticates each function role as; its access entry gives it its own group (template.yaml).
+FUNCTION_USERS = {kind: f"arn:aws:sts::111122223333:assumed-role/serverless-ccm-{kind}/fn" for kind in LAMBDA_GROUPS}
+LAMBDA_USER = FUNCTION_USERS["services"]
 Obj = dict[str, Any]
 
 
@@ -94,8 +97,8 @@ def test_forbidden_message_is_worded_like_the_api_server() -> None:
 def cluster(emu: Emulator) -> Iterator[Emulator]:
     """The emulator with deploy/ installed (as an admin would) and RBAC switched on."""
     load_objects(emu, render("overlays/irsa"))
-    emu.tokens.update({"watcher-token": WATCHER_USER, "lambda-token": LAMBDA_USER})
-    emu.enable_rbac({LAMBDA_USER: ["serverless-ccm"]})
+    emu.tokens.update({"watcher-token": WATCHER_USER, **{f"{kind}-token": u for kind, u in FUNCTION_USERS.items()}})
+    emu.enable_rbac({user: [LAMBDA_GROUPS[kind]] for kind, user in FUNCTION_USERS.items()})
     emu.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
     emu.create(
         {
@@ -149,15 +152,14 @@ def test_watcher_token_can_list_and_watch_and_nothing_else(cluster: Emulator, tm
     assert [e["status"] for e in log] == [200, 200, 200, 403, 403, 403, 403]
 
 
-def test_lambda_group_gets_exactly_the_reconciler_verbs(cluster: Emulator, tmp_path: Path) -> None:
-    core = core_for(cluster, tmp_path, "lambda-token")
+def test_service_reconciler_group_gets_exactly_its_verbs(cluster: Emulator, tmp_path: Path) -> None:
+    core = core_for(cluster, tmp_path, "services-token")
     merge = {"_content_type": "application/merge-patch+json"}
     svc = core.read_namespaced_service("web", "default")
     core.patch_namespaced_service("web", "default", {"metadata": {"finalizers": ["x/y"]}}, **merge)
     core.patch_namespaced_service_status(
         "web", "default", {"status": {"loadBalancer": {"ingress": [{"hostname": "h"}]}}}, **merge
     )
-    core.patch_node_status("n1", {"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}, **merge)
     core.create_namespaced_event(
         "default",
         {"metadata": {"name": "e1"}, "involvedObject": {"kind": "Service", "name": "web", "namespace": "default"}},
@@ -165,12 +167,43 @@ def test_lambda_group_gets_exactly_the_reconciler_verbs(cluster: Emulator, tmp_p
     assert svc.metadata.name == "web" and [n.metadata.name for n in core.list_node().items] == ["n1"]
     status = refused(lambda: core.delete_namespaced_service("web", "default"))
     assert f'User "{LAMBDA_USER}" cannot delete resource "services"' in status["message"]
-    refused(lambda: core.replace_node("n1", core.read_node("n1")))  # patch yes, update no
-    refused(lambda: core.delete_collection_node())
+    refused(lambda: core.patch_node_status("n1", {"status": {"addresses": []}}, **merge))  # the nodes function's
+    refused(lambda: core.delete_node("n1"))
+    refused(lambda: core.list_service_for_all_namespaces())  # the sweeper's
     refused(lambda: core.create_namespace({"metadata": {"name": "evil"}}))
     refused(lambda: core.list_namespaced_event("default"))
+    assert cluster.get("nodes", None, "n1") is not None
+
+
+def test_nodes_group_gets_exactly_its_verbs(cluster: Emulator, tmp_path: Path) -> None:
+    core = core_for(cluster, tmp_path, "nodes-token")
+    merge = {"_content_type": "application/merge-patch+json"}
+    core.patch_node_status("n1", {"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}, **merge)
+    core.patch_node("n1", {"metadata": {"labels": {"x": "y"}}}, **merge)
+    assert core.read_node("n1").metadata.labels == {"x": "y"}
+    refused(lambda: core.replace_node("n1", core.read_node("n1")))  # patch yes, update no
+    refused(lambda: core.delete_collection_node())
+    refused(lambda: core.read_namespaced_service("web", "default"))  # no Service access at all
+    refused(lambda: core.patch_namespaced_service("web", "default", {"metadata": {"labels": {"a": "b"}}}, **merge))
     core.delete_node("n1")  # granted: terminated instances' Nodes are deleted
     assert cluster.get("nodes", None, "n1") is None
+
+
+def test_routes_and_sweeper_groups_cannot_touch_the_other_kind(cluster: Emulator, tmp_path: Path) -> None:
+    merge = {"_content_type": "application/merge-patch+json"}
+    routes, sweeper = core_for(cluster, tmp_path, "routes-token"), core_for(cluster, tmp_path, "sweeper-token")
+    assert [n.metadata.name for n in routes.list_node().items] == ["n1"]
+    routes.patch_node_status("n1", {"status": {"conditions": []}}, **merge)
+    status = refused(lambda: routes.patch_namespaced_service("web", "default", {"metadata": {}}, **merge))
+    assert f'User "{FUNCTION_USERS["routes"]}" cannot patch resource "services"' in status["message"]
+    refused(lambda: routes.patch_node("n1", {"metadata": {"labels": {"x": "y"}}}, **merge))
+    refused(lambda: routes.delete_node("n1"))
+    assert [s.metadata.name for s in sweeper.list_service_for_all_namespaces().items] == ["web"]
+    status = refused(lambda: sweeper.delete_node("n1"))
+    assert f'User "{FUNCTION_USERS["sweeper"]}" cannot delete resource "nodes"' in status["message"]
+    refused(lambda: sweeper.list_node())
+    refused(lambda: sweeper.patch_namespaced_service("web", "default", {"metadata": {}}, **merge))
+    assert cluster.get("nodes", None, "n1") is not None
 
 
 def test_unknown_and_anonymous_callers_only_see_public_paths(cluster: Emulator, tmp_path: Path) -> None:

@@ -166,9 +166,12 @@ def test_a_well_prepared_environment_passes(env: Env, cluster: Callable[[list[di
         "queue.ServicesDLQ",
         "queue.NodesQueue",
         "queue.NodesDLQ",
-        "rbac.group",
+        "rbac.group.services",
+        "rbac.group.nodes",
+        "rbac.group.sweeper",
         "rbac.serviceaccount",
     }
+    assert not by_check(findings, "rbac.group.routes")  # EnableRoutes=false: no routes function, no check
     # moto implements neither IAM policy simulation nor EKS access entries: reported, never failed
     assert {f.status for f in by_check(findings, "iam.")} == {"unknown"}
     assert {f.check for f in by_check(findings, "iam.")} == {"iam.services", "iam.nodes", "iam.sweeper", "iam.watcher"}
@@ -214,15 +217,32 @@ def test_rbac_missing_a_verb_fails_and_names_the_manifest(
     env: Env, cluster: Callable[[list[dict[str, Any]]], str]
 ) -> None:
     objects = shipped_rbac()
-    reconcilers = next(
-        o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("reconcilers")
-    )
-    reconcilers["rules"] = [r for r in reconcilers["rules"] if r["resources"] != ["nodes/status"]]
+    nodes = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "serverless-ccm:nodes")
+    nodes["rules"] = [r for r in nodes["rules"] if r["resources"] != ["nodes/status"]]
     findings = findings_of(env, "--kubeconfig", cluster(objects))
-    [group] = by_check(findings, "rbac.group")
+    [group] = by_check(findings, "rbac.group.nodes")
     assert group.status == "fail" and group.message.endswith("may not: patch nodes/status")
+    assert group.message.startswith("group serverless-ccm:nodes")
     assert group.fix == "kubectl apply -k deploy/lambda-rbac"
+    assert {f.status for f in by_check(findings, "rbac.group.services")} == {"ok"}
     assert exit_code(findings) == 1
+
+
+def test_a_function_group_bound_to_another_functions_role_warns(
+    env: Env, cluster: Callable[[list[dict[str, Any]]], str]
+) -> None:
+    """One shared group (as before per-function RBAC): each function may do what the others need."""
+    objects = shipped_rbac()
+    binding = next(
+        o for o in objects if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == "serverless-ccm:nodes"
+    )
+    binding["subjects"].append(
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "serverless-ccm:sweeper"}
+    )
+    findings = findings_of(env, "--kubeconfig", cluster(objects))
+    [sweeper] = by_check(findings, "rbac.group.sweeper")
+    assert sweeper.status == "warn" and "may also: list nodes, delete nodes, patch nodes" in sweeper.message
+    assert {f.status for f in by_check(findings, "rbac.group.nodes")} == {"ok"}
 
 
 def test_before_deploy_needs_no_stack_and_checks_route_tables_when_asked(env: Env) -> None:
@@ -264,8 +284,10 @@ def test_the_emulator_answers_subject_access_reviews_like_a_cluster(tmp_path: Pa
         watcher = "system:serviceaccount:serverless-ccm:serverless-ccm-watcher"
         assert check(watcher, [], RbacRule("watch", "nodes"))
         assert not check(watcher, [], RbacRule("get", "nodes"))
-        assert check("arn:fn", ["serverless-ccm"], RbacRule("patch", "services", "status"))
-        assert not check("arn:fn", ["serverless-ccm"], RbacRule("update", "services", "status"))
+        assert check("arn:fn", ["serverless-ccm:services"], RbacRule("patch", "services", "status"))
+        assert not check("arn:fn", ["serverless-ccm:services"], RbacRule("update", "services", "status"))
+        assert not check("arn:fn", ["serverless-ccm:routes"], RbacRule("patch", "services", "status"))
+        assert not check("arn:fn", ["serverless-ccm:sweeper"], RbacRule("delete", "nodes"))
         assert not check("arn:fn", ["other"], RbacRule("patch", "services", "status"))
     finally:
         emu.stop()

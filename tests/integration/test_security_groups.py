@@ -307,6 +307,58 @@ def test_stale_node_rules_are_revoked_for_lbs_that_no_longer_exist(world: World)
     )
 
 
+def tagged_node_rules(world: World) -> dict[str, list[dict[str, str]]]:
+    """Source group -> tags of each node-group ingress rule (DescribeSecurityGroupRules)."""
+    rules = world.ec2.describe_security_group_rules(Filters=[{"Name": "group-id", "Values": [world.node_sg]}])
+    return {
+        r["ReferencedGroupInfo"]["GroupId"]: r.get("Tags", []) for r in rules["SecurityGroupRules"] if not r["IsEgress"]
+    }
+
+
+def test_the_node_rule_we_add_carries_the_cluster_tag(world: World) -> None:
+    svc, cfg = svc_and_config()
+    [source] = ensure(world, svc, cfg)
+    assert tagged_node_rules(world) == {source: [{"Key": CLUSTER_TAG, "Value": "owned"}]}
+
+
+def test_only_node_rules_we_tagged_are_revoked_by_name(world: World) -> None:
+    """A rule that only carries our description (hand-made, another tool's, or a copy of ours) is not ours:
+    neither the sweeper's stale pass nor an LB's delete revokes it; the tagged one of the same LB is revoked."""
+    svc, cfg = svc_and_config()
+    ensure(world, svc, cfg)
+    gone = lb_name(svc_and_config()[0])  # an LB that does not exist, named in an untagged rule
+    lookalike_source = world.new_group("lookalike")
+    world.ec2.authorize_security_group_ingress(
+        GroupId=world.node_sg,
+        IpPermissions=m.to_permissions([m.node_rule(lookalike_source, gone, "x")]),
+    )
+    stale = world.sgs.revoke_stale_node_rules(lambda names_: {lb_name(svc)})
+    assert [m.lb_named_by(r.description) for r in stale] == [gone]  # found, but not ours to revoke
+    assert {m.lb_named_by(r.description) for r in world.node_rules()} == {lb_name(svc), gone}
+
+    # The LB's own rule copied by hand from another source (untagged) stays; the one we added goes.
+    world.ec2.authorize_security_group_ingress(
+        GroupId=world.node_sg,
+        IpPermissions=m.to_permissions([m.node_rule(world.new_group("copy"), lb_name(svc), svc["metadata"]["uid"])]),
+    )
+    world.sgs.revoke_node_access(lb_name(svc), None)
+    left = world.node_rules()
+    assert sorted(m.lb_named_by(r.description) or "" for r in left) == sorted([gone, lb_name(svc)])
+    assert all(not tags for tags in tagged_node_rules(world).values())  # only the untagged ones are left
+
+
+def test_a_rule_from_the_managed_group_is_revoked_on_delete_even_untagged(world: World) -> None:
+    """Adoption: cloud-provider-aws added the rule from the LB's managed group, untagged and with its own
+    description; the group is deleted with the LB and cannot be while a rule references it."""
+    svc, cfg = svc_and_config()
+    gid = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})[0]
+    upstream = {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": gid, "Description": "kubernetes.io/rule/nlb"}]}
+    world.ec2.authorize_security_group_ingress(GroupId=world.node_sg, IpPermissions=[upstream])
+    world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
+    assert world.node_rules() == []
+    assert not world.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": [gid]}])["SecurityGroups"]
+
+
 def test_a_shared_bring_your_own_group_rule_is_handed_over_not_revoked(world: World) -> None:
     byo = world.new_group("shared", {CLUSTER_TAG: "shared"})  # annotations name cluster-tagged groups
     world.run_node(world.node_sg)  # two cluster-tagged groups now: the node group is the instances' one
@@ -378,7 +430,13 @@ def test_no_describe_call_without_a_filter_or_ids(world: World) -> None:
     world.sgs.delete_lb_group(lb_name(byo_svc), byo_svc["metadata"]["uid"])
     world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
     ops = {op for op, _ in seen}
-    assert ops == {"DescribeSecurityGroups", "DescribeInstances", "DescribeNetworkInterfaces"}
+    # DescribeSecurityGroupRules: the ids of our tagged node rules before revoking them (group-id filter).
+    assert ops == {
+        "DescribeSecurityGroups",
+        "DescribeInstances",
+        "DescribeNetworkInterfaces",
+        "DescribeSecurityGroupRules",
+    }
     for op, body in seen:
         scoped = [k for k in body if k.startswith(("Filter.", "GroupId.", "InstanceId."))]
         assert scoped, f"{op} without a filter or ids: {body}"

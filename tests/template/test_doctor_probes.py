@@ -166,3 +166,24 @@ def test_the_template_grants_what_the_doctor_expects_and_nothing_it_must_not(
 
 def test_every_probe_belongs_to_a_template_role() -> None:
     assert {p.role for p in PROBES} == set(ROLES)
+
+
+def test_node_rules_are_tagged_on_create_and_only_rules_we_tagged_are_revoked(translated: dict[str, Any]) -> None:
+    """AuthorizeSecurityGroupIngress with TagSpecifications (security-group-rule) also needs ec2:CreateTags, which
+    only the creating call may use (ec2:CreateAction); RevokeSecurityGroupIngress by SecurityGroupRuleIds is
+    authorised on the rule (resource type security-group-rule), only on one carrying our cluster tag."""
+    tag = "kubernetes.io/cluster/unit"
+    rule = "arn:aws:ec2:us-east-1:123456789012:security-group-rule/sgr-0123456789abcdef0"
+    ours = {f"aws:ResourceTag/{tag}": "owned"}
+    services, sweeper = (role_statements(translated, ROLES[k]) for k in ("services", "sweeper"))
+    on_create = {"ec2:CreateAction": "AuthorizeSecurityGroupIngress", f"aws:RequestTag/{tag}": "owned"}
+    assert allowed(services, "ec2:CreateTags", rule, on_create)
+    assert allowed(services, "ec2:AuthorizeSecurityGroupIngress", rule, {f"aws:RequestTag/{tag}": "owned"})
+    assert not allowed(services, "ec2:CreateTags", rule, {f"aws:RequestTag/{tag}": "owned"})  # tag an existing rule
+    assert not allowed(services, "ec2:CreateTags", rule, {**on_create, "ec2:CreateAction": "CreateSecurityGroup"})
+    for statements in (services, sweeper):
+        assert allowed(statements, "ec2:RevokeSecurityGroupIngress", rule, ours)
+        assert not allowed(statements, "ec2:RevokeSecurityGroupIngress", rule, {})  # untagged: upstream's, by hand
+        assert not allowed(
+            statements, "ec2:RevokeSecurityGroupIngress", rule, {"aws:ResourceTag/kubernetes.io/cluster/other": "owned"}
+        )

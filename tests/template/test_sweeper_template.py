@@ -52,7 +52,7 @@ def test_the_sweeper_is_a_scheduled_arm64_function_with_the_settings_the_code_re
         assert env[key] == service_env[key], key
     entry = stack.resources["SweeperAccessEntry"]["Properties"]
     assert stack.value(entry["PrincipalArn"]) == "<SweeperFunctionRole.Arn>"
-    assert entry["KubernetesGroups"] == ["serverless-ccm"]
+    assert entry["KubernetesGroups"] == ["serverless-ccm:sweeper"]  # its own group (deploy/lambda-rbac)
     # What the code makes of it.
     for key, value in env.items():
         monkeypatch.setenv(key, str(value))
@@ -105,6 +105,9 @@ def test_the_sweeper_role_deletes_only_cluster_owned_resources_and_writes_nothin
         if any(a.endswith(("DeleteLoadBalancer", "DeleteTargetGroup", "DeleteSecurityGroup")) for a in actions):
             prefix = "ec2" if actions[0].startswith("ec2:") else "aws"
             assert st["Condition"]["StringEquals"] == {f"{prefix}:ResourceTag/{CLUSTER_TAG}": "owned"}, st
+        elif ":security-group-rule/" in str(st["Resource"]):  # a rule by id: only those we tagged
+            assert actions == ["ec2:RevokeSecurityGroupIngress"], st
+            assert st["Condition"] == {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": "owned"}}, st
         elif any(a.startswith("ec2:") and not a.split(":")[1].startswith(READ_PREFIXES) for a in actions):
             assert st["Condition"]["Null"] == {f"ec2:ResourceTag/{CLUSTER_TAG}": "false"}, st
         if "sqs:SendMessage" in actions:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ccm.doctor.access import LAMBDA_RULES, check_access_entries, check_queues, check_rbac
+from ccm.doctor.access import LAMBDA_GROUPS, LAMBDA_RULES, check_access_entries, check_queues, check_rbac
 from ccm.doctor.checks import run_checks
 from ccm.doctor.facts import AccessEntryFacts, Facts, NetworkFacts, QueueFacts, RbacFacts, RbacRule, RoleFacts
 from ccm.doctor.findings import Finding, exit_code, to_json, to_table
@@ -295,11 +295,28 @@ def test_missing_decisions_are_unknown() -> None:
 @pytest.mark.parametrize(
     ("entry", "cluster_mode", "status", "text"),
     [
-        (AccessEntryFacts("services", "arn:r", ["serverless-ccm"]), "API", "ok", "group serverless-ccm"),
+        (
+            AccessEntryFacts("services", "arn:r", ["serverless-ccm:services"]),
+            "API",
+            "ok",
+            "group serverless-ccm:services",
+        ),
+        (
+            AccessEntryFacts("routes", "arn:r", ["serverless-ccm"]),
+            "API",
+            "fail",
+            "--kubernetes-groups serverless-ccm:routes",
+        ),
+        (
+            AccessEntryFacts("sweeper", "arn:r", ["serverless-ccm:sweeper", "serverless-ccm:nodes"]),
+            "API",
+            "warn",
+            "also maps",
+        ),
         (AccessEntryFacts("services", "arn:r", None), "API", "fail", "aws eks create-access-entry"),
         (AccessEntryFacts("nodes", "arn:r", ["system:masters"]), None, "fail", "aws eks update-access-entry"),
         (AccessEntryFacts("nodes", "arn:r", error="404: Not yet implemented"), None, "unknown", "could not read"),
-        (AccessEntryFacts("nodes", "arn:r", ["serverless-ccm"]), "CONFIG_MAP", "fail", "authenticationMode="),
+        (AccessEntryFacts("nodes", "arn:r", ["serverless-ccm:nodes"]), "CONFIG_MAP", "fail", "authenticationMode="),
     ],
 )
 def test_access_entries(entry: AccessEntryFacts, cluster_mode: str | None, status: str, text: str) -> None:
@@ -313,26 +330,39 @@ def test_access_entries_not_needed_with_a_kubeconfig_secret() -> None:
 
 
 def test_rbac_findings_from_an_injected_checker() -> None:
-    granted = {("get", "services"), ("patch", "services"), ("list", "nodes"), ("get", "secrets")}
+    granted = {("get", "services"), ("patch", "services"), ("list", "nodes"), ("get", "secrets"), ("delete", "nodes")}
 
     def checker(user: str, groups: list[str], rule: RbacRule) -> bool:
-        assert "serverless-ccm" in groups and "system:authenticated" in groups
+        assert groups == ["serverless-ccm:services", "system:authenticated"]
         return (rule.verb, rule.resource) in granted and not rule.subresource
 
-    facts = gather_rbac(checker, "serverless-ccm", ("ns", "sa"), {"group": LAMBDA_RULES})
+    facts = gather_rbac(checker, {LAMBDA_GROUPS["services"]: LAMBDA_RULES["services"]}, ("ns", "sa"))
     findings = check_rbac(facts, None)
     failed = next(f for f in findings if f.status == "fail")
-    assert "patch services/status" in failed.message and "delete nodes" in failed.message
+    assert failed.check == "rbac.group.services"
+    assert "patch services/status" in failed.message and "create events" in failed.message
     assert "kubectl apply -k deploy/lambda-rbac" in failed.fix
     excess = next(f for f in findings if f.status == "warn")
-    assert "get secrets" in excess.message
+    assert "get secrets" in excess.message and "delete nodes" in excess.message  # the nodes function's verb
+
+
+def test_each_function_must_not_have_what_only_another_needs() -> None:
+    needs = {kind: {r for r in rules if r.allowed} for kind, rules in LAMBDA_RULES.items()}
+    denied = {
+        kind: {RbacRule(r.verb, r.resource, r.subresource) for r in rules if not r.allowed}
+        for kind, rules in LAMBDA_RULES.items()
+    }
+    assert RbacRule("delete", "nodes") in denied["sweeper"] & denied["services"] & denied["routes"]
+    assert RbacRule("patch", "services") in denied["routes"] & denied["nodes"] & denied["sweeper"]
+    for kind in LAMBDA_RULES:
+        assert not needs[kind] & denied[kind], kind
 
 
 def test_rbac_checker_errors_are_unknown() -> None:
     def broken(user: str, groups: list[str], rule: RbacRule) -> bool:
         raise ConnectionError("refused")
 
-    facts = gather_rbac(broken, "g", ("ns", "sa"), {"serviceaccount": (RbacRule("list", "nodes"),)})
+    facts = gather_rbac(broken, {}, ("ns", "sa"), (RbacRule("list", "nodes"),))
     assert [f.status for f in check_rbac(facts, None)] == ["unknown"]
     assert [f.status for f in check_rbac([], "no kubeconfig")] == ["unknown"]
 

@@ -215,3 +215,28 @@ def test_choose_node_groups_like_upstream() -> None:
     assert m.choose_node_groups(tagged, instances) == ("sg-a", "sg-b", "sg-lonely")
     with pytest.raises(m.NodeSecurityGroupError, match="sg-a, sg-b"):
         m.choose_node_groups(tagged, [["sg-a", "sg-b"]])
+
+
+def test_tagged_rule_ids_picks_only_ingress_rules_carrying_the_cluster_tag() -> None:
+    tag = "kubernetes.io/cluster/c"
+    ours, theirs = {"Key": tag, "Value": "owned"}, {"Key": "kubernetes.io/cluster/other", "Value": "owned"}
+    described = [
+        {"SecurityGroupRuleId": "sgr-a", "IsEgress": False, "IpProtocol": "-1", "FromPort": -1, "ToPort": -1,
+         "ReferencedGroupInfo": {"GroupId": "sg-lb1"}, "Tags": [ours]},
+        {"SecurityGroupRuleId": "sgr-b", "IsEgress": False, "IpProtocol": "-1", "FromPort": -1, "ToPort": -1,
+         "ReferencedGroupInfo": {"GroupId": "sg-lb2"}, "Tags": [theirs]},
+        {"SecurityGroupRuleId": "sgr-c", "IsEgress": True, "IpProtocol": "-1", "FromPort": -1, "ToPort": -1,
+         "ReferencedGroupInfo": {"GroupId": "sg-lb3"}, "Tags": [ours]},
+        {"SecurityGroupRuleId": "sgr-d", "IsEgress": False, "IpProtocol": "6", "FromPort": 80, "ToPort": 80,
+         "CidrIpv4": "10.0.0.0/8", "Tags": [ours]},
+    ]  # fmt: skip
+    wanted = [
+        m.node_rule("sg-lb1", "lb1", "u1"),
+        m.node_rule("sg-lb2", "lb2", "u2"),  # tagged for another cluster: not ours
+        m.node_rule("sg-lb3", "lb3", "u3"),  # only an egress rule is tagged
+        m.IngressRule("tcp", 80, 80, cidr="10.0.0.0/8"),
+    ]
+    ids, untagged = m.tagged_rule_ids(wanted, described, tag)
+    assert ids == ["sgr-a", "sgr-d"]
+    assert [r.source_group for r in untagged] == ["sg-lb2", "sg-lb3"]
+    assert m.node_rule_tags(tag) == [{"ResourceType": "security-group-rule", "Tags": [ours]}]

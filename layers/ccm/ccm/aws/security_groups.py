@@ -25,9 +25,10 @@ Decisions:
   group and an LB only opens connections to its targets' traffic and health-check ports, so nothing wider is
   opened in practice, and a port change never touches the node group: one rule per LB, whatever its ports. An NLB
   with a security group is matched by target rules that reference that group even with client-IP preservation.
-- The rule's description is `serverless-ccm: from load balancer <lb> (service <uid>)`; rules without it (upstream's,
-  hand-made) are never revoked by name, only a rule from the LB's own managed group is. A node group's own
-  self-reference is never touched.
+- The rule's description is `serverless-ccm: from load balancer <lb> (service <uid>)` and the rule carries the
+  cluster tag (`security_group_rules`); a rule is revoked by name only if it has both (by rule id), so upstream's,
+  hand-made and look-alike rules stay; a rule from the LB's own managed group is revoked whatever made it. A node
+  group's own self-reference is never touched.
 - A bring-your-own group shared by several Services yields one node rule (AWS keeps one per source): when its LB
   goes, the rule is handed to another of our LBs still using the group (found through the group's ELB network
   interfaces) by relabelling it, instead of being revoked under the other Service's feet (upstream revokes it).
@@ -57,6 +58,7 @@ from botocore.exceptions import ClientError
 from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
+from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
 from ccm.contracts import CloudStateError, InvalidServiceConfig, KubeObject, RetryError
 from ccm.service.lbconfig import LoadBalancerConfig
@@ -66,7 +68,6 @@ __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "s
 log = logging.getLogger(__name__)
 
 DELETE_RETRY_SECONDS: Final = 15  # ENIs of a deleted LB hold its group for a minute or two
-CONFLICT_RETRY_SECONDS: Final = 5
 UNTAGGED_NODE_GROUP: Final = "NodeSecurityGroupNotTagged"  # Warning reason: the LB cannot reach the nodes
 NODE_GROUPS_TTL_SECONDS: Final = 1800.0
 _LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
@@ -95,6 +96,7 @@ class SecurityGroups:
         self.cluster_name = cluster_name
         self._cluster_tag = names.cluster_tag_key(cluster_name)
         self._vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
+        self._rules = RuleWriter(clients, self._cluster_tag, self.forget_node_groups)
 
     # -- the load balancer's groups --------------------------------------------------------------------------------
     def ensure_lb_group(
@@ -113,7 +115,7 @@ class SecurityGroups:
         authorize, revoke = plan_rules(current, desired_lb_rules(config, lb_type))
         # Authorize before revoking: a changed range is never briefly closed to both the old and the new clients.
         try:
-            self._authorize(group_id, authorize, lb_rules=True)
+            self._rules.authorize(group_id, authorize, lb_rules=True)
         except CloudStateError:
             if not revoke:
                 raise
@@ -122,10 +124,10 @@ class SecurityGroups:
             log.warning(
                 "security group %s: at the rules quota, revoking %d rules before authorizing", group_id, len(revoke)
             )
-            self._revoke(group_id, revoke)
-            self._authorize(group_id, authorize, lb_rules=True)
+            self._rules.revoke(group_id, revoke)
+            self._rules.authorize(group_id, authorize, lb_rules=True)
             return _unique([group_id, *extra])
-        self._revoke(group_id, revoke)
+        self._rules.revoke(group_id, revoke)
         return _unique([group_id, *extra])
 
     def delete_lb_group(self, lb_name: str, service_uid: str) -> None:
@@ -262,7 +264,7 @@ class SecurityGroups:
         for group in groups:
             rules = m.rules_from_permissions(group.get("IpPermissions", []))
             authorize, stale = m.plan_node_access(rules, lb_group_ids[0], lb_name, service_uid, node_ids)
-            self._authorize(str(group["GroupId"]), authorize)
+            self._rules.authorize(str(group["GroupId"]), authorize, tags=m.node_rule_tags(self._cluster_tag))
             if stale:
                 retire[str(group["GroupId"])] = stale
         self._retire(retire, {lb_name})
@@ -373,59 +375,12 @@ class SecurityGroups:
                     users.setdefault(gid, set()).update(lbs)
         for group_id, rules in rules_by_group.items():
             revoke, relabel = m.plan_retire(rules, retiring, users)
-            self._revoke(group_id, revoke)
+            # A rule from a managed group that is going away is revoked whatever made it (the group cannot be
+            # deleted while referenced); any other only if we tagged it when adding it.
+            self._rules.revoke(group_id, [r for r in revoke if r.source_group in exclusive])
+            self._rules.revoke_tagged(group_id, [r for r in revoke if r.source_group not in exclusive])
             if relabel:
                 log.info("node rules of %s handed over: %s", sorted(retiring), [r.description for r in relabel])
                 self.clients.ec2.update_security_group_rule_descriptions_ingress(
                     GroupId=group_id, IpPermissions=m.to_permissions(relabel)
                 )
-
-    # -- rule writes -----------------------------------------------------------------------------------------------
-    def _authorize(self, group_id: str, rules: list[IngressRule], *, lb_rules: bool = False) -> None:
-        if not rules:
-            return
-        try:
-            self.clients.ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=m.to_permissions(rules))
-        except ClientError as err:
-            code = _code(err)
-            if code == "InvalidPermission.Duplicate":
-                # Someone added one of them since we read: read again on the retry rather than guess.
-                raise RetryError(f"rules of {group_id} changed concurrently", CONFLICT_RETRY_SECONDS) from err
-            if code == "InvalidGroup.NotFound":
-                # A just-created group not yet visible everywhere (AWS is eventually consistent), or a replaced
-                # node group.
-                self.forget_node_groups()
-                raise RetryError(f"security group not found authorizing on {group_id}", CONFLICT_RETRY_SECONDS) from err
-            if lb_rules and code == "RulesPerSecurityGroupLimitExceeded":
-                # A quota: fewer ranges or ports cure it, and so does a raised quota (AWS side): Warning + retry.
-                raise CloudStateError(
-                    f"{len(rules)} new rules exceed the rules-per-security-group quota of {group_id}: "
-                    "use fewer source ranges or ports, or raise the quota"
-                ) from err
-            if code == "RulesPerSecurityGroupLimitExceeded":
-                # The node group holds one rule per load balancer: say what to do (the Warning carries it).
-                raise RuntimeError(
-                    f"the node security group {group_id} is full (RulesPerSecurityGroupLimitExceeded; one rule per "
-                    "load balancer): raise the quota 'Inbound or outbound rules per security group', or give "
-                    "Services a shared group with service.beta.kubernetes.io/aws-load-balancer-security-groups"
-                ) from err
-            raise
-        log.info("authorized %d rules on %s", len(rules), group_id)
-
-    def _revoke(self, group_id: str, rules: list[IngressRule]) -> None:
-        if not rules:
-            return
-        try:
-            # The rules come from our read, descriptions included: AWS ignores them when matching, but other
-            # implementations (moto) only match a group pair with its description.
-            self.clients.ec2.revoke_security_group_ingress(GroupId=group_id, IpPermissions=m.to_permissions(rules))
-        except ClientError as err:
-            code = _code(err)
-            if code == "InvalidGroup.NotFound":
-                return
-            if code != "InvalidPermission.NotFound":
-                raise
-            # One of them was revoked concurrently and the call is all-or-nothing: the others one by one.
-            for rule in rules if len(rules) > 1 else ():
-                self._revoke(group_id, [rule])
-        log.info("revoked %d rules on %s", len(rules), group_id)

@@ -222,6 +222,32 @@ def plan_retire(
     return revoke, relabel
 
 
+def node_rule_tags(cluster_tag: str) -> list[dict[str, Any]]:
+    """TagSpecifications of a node rule we add: the cluster tag on the rule itself (resource type
+    security-group-rule), so only rules we created are ever revoked by name."""
+    return [{"ResourceType": "security-group-rule", "Tags": [{"Key": cluster_tag, "Value": "owned"}]}]
+
+
+def tagged_rule_ids(
+    rules: Iterable[IngressRule], described: Iterable[Mapping[str, Any]], cluster_tag: str
+) -> tuple[list[str], list[IngressRule]]:
+    """(ids of the rules among `rules` that carry our cluster tag, the rules that do not). `described`:
+    DescribeSecurityGroupRules entries of one group."""
+    ours: dict[IngressRule, str] = {}
+    for d in described:
+        if d.get("IsEgress") or not any(t.get("Key") == cluster_tag for t in d.get("Tags") or []):
+            continue
+        raw = str(d.get("IpProtocol", ALL)).lower()
+        protocol = _PROTOCOL_NUMBERS.get(raw, raw)
+        ports = (-1, -1) if protocol == ALL else (int(d.get("FromPort", -1)), int(d.get("ToPort", -1)))
+        source = (d.get("ReferencedGroupInfo") or {}).get("GroupId")
+        cidr = d.get("CidrIpv4") or d.get("CidrIpv6")
+        rule = IngressRule(protocol, *ports, cidr=_cidr(cidr) if cidr else None, source_group=source)
+        ours[rule] = str(d["SecurityGroupRuleId"])
+    wanted = sorted(set(rules), key=sort_key)
+    return sorted(ours[r] for r in wanted if r in ours), [r for r in wanted if r not in ours]
+
+
 # -- discovery ---------------------------------------------------------------------------------------------------------
 def is_lb_group(group: Mapping[str, Any]) -> bool:
     """A cluster-tagged group made for a load balancer (ours or cloud-provider-aws's), not a node group."""

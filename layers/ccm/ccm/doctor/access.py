@@ -2,28 +2,40 @@
 
 from __future__ import annotations
 
-from ccm.doctor.facts import AccessEntryFacts, QueueFacts, RbacFacts, RbacRule
+from ccm.doctor.facts import AccessEntryFacts, QueueFacts, RbacFacts, RbacRule, RoleKind
 from ccm.doctor.findings import Finding, fail, ok, unknown, warn
 
-# The Kubernetes group template.yaml's access entries map the function roles to (deploy/lambda-rbac binds it).
-LAMBDA_GROUP = "serverless-ccm"
+# The Kubernetes group of each function role: template.yaml's access entries map the role to it, deploy/lambda-rbac
+# binds it to exactly that function's verbs.
+LAMBDA_GROUPS: dict[RoleKind, str] = {
+    "services": "serverless-ccm:services",
+    "nodes": "serverless-ccm:nodes",
+    "routes": "serverless-ccm:routes",
+    "sweeper": "serverless-ccm:sweeper",
+}
 
-# Every verb the Lambdas use (ccm/k8s/kube.py, ccm/node/api.py, ccm/route/kube.py, ccm/sweeper/runtime.py) and two
-# they must not have.
-LAMBDA_RULES: tuple[RbacRule, ...] = (
-    RbacRule("get", "services"),
-    RbacRule("list", "services"),  # the sweeper
-    RbacRule("patch", "services"),  # the finalizer
-    RbacRule("patch", "services", "status"),
-    RbacRule("get", "nodes"),
-    RbacRule("list", "nodes"),
-    RbacRule("patch", "nodes"),  # taints, labels, providerID
-    RbacRule("delete", "nodes"),
-    RbacRule("patch", "nodes", "status"),
-    RbacRule("create", "events"),
-    RbacRule("delete", "services", allowed=False),
-    RbacRule("get", "secrets", allowed=False),
-)
+
+def _rules(allowed: bool, *specs: str) -> tuple[RbacRule, ...]:
+    """Each spec is "verb resource[/subresource]"."""
+    parsed = ((verb, *res.partition("/")) for verb, res in (spec.split() for spec in specs))
+    return tuple(RbacRule(verb, resource, sub, allowed) for verb, resource, _, sub in parsed)
+
+
+# Every verb each function uses (ccm/k8s/kube.py, ccm/node/api.py, ccm/route/kube.py, ccm/sweeper/runtime.py), then
+# what it must not have: what another function needs (least privilege per function) and what none does.
+NEVER = ("delete services", "get secrets")
+LAMBDA_RULES: dict[RoleKind, tuple[RbacRule, ...]] = {
+    "services": _rules(True, "get services", "patch services", "patch services/status", "list nodes", "create events")
+    + _rules(False, "patch nodes", "delete nodes", "patch nodes/status", *NEVER),
+    "nodes": _rules(
+        True, "get nodes", "list nodes", "patch nodes", "delete nodes", "patch nodes/status", "create events"
+    )
+    + _rules(False, "get services", "patch services", "patch services/status", *NEVER),
+    "routes": _rules(True, "list nodes", "patch nodes/status", "create events")
+    + _rules(False, "patch nodes", "delete nodes", "patch services", "patch services/status", *NEVER),
+    "sweeper": _rules(True, "list services", "create events")
+    + _rules(False, "patch services", "list nodes", "delete nodes", "patch nodes", *NEVER),
+}
 # The watcher only lists and watches (watcher/informer.py).
 WATCHER_RULES: tuple[RbacRule, ...] = (
     RbacRule("list", "services"),
@@ -50,7 +62,7 @@ def check_access_entries(
             )
         )
     for entry in entries:
-        check = f"access-entry.{entry.kind}"
+        check, group = f"access-entry.{entry.kind}", LAMBDA_GROUPS.get(entry.kind, "")
         if entry.error:
             findings.append(unknown(check, f"could not read the access entry of {entry.role_arn}: {entry.error}"))
         elif entry.groups is None:
@@ -59,21 +71,30 @@ def check_access_entries(
                     check,
                     f"{entry.role_arn} has no access entry in {cluster}: its Kubernetes calls get 401 Unauthorized",
                     f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {entry.role_arn} "
-                    f"--kubernetes-groups {LAMBDA_GROUP}   (or deploy with CreateEksAccessEntry=true)",
+                    f"--kubernetes-groups {group}   (or deploy with CreateEksAccessEntry=true)",
                 )
             )
-        elif LAMBDA_GROUP not in entry.groups:
+        elif group not in entry.groups:
             findings.append(
                 fail(
                     check,
-                    f"the access entry of {entry.role_arn} maps to {entry.groups or 'no group'}, not {LAMBDA_GROUP}: "
-                    "the RBAC of deploy/lambda-rbac does not apply",
+                    f"the access entry of {entry.role_arn} maps to {entry.groups or 'no group'}, not {group}: "
+                    "the function's RBAC of deploy/lambda-rbac does not apply",
                     f"aws eks update-access-entry --cluster-name {cluster} --principal-arn {entry.role_arn} "
-                    f"--kubernetes-groups {LAMBDA_GROUP}",
+                    f"--kubernetes-groups {group}",
+                )
+            )
+        elif extra := [g for g in entry.groups if g != group]:
+            findings.append(
+                warn(
+                    check,
+                    f"the access entry of {entry.role_arn} also maps to {extra}: more than its own RBAC",
+                    f"aws eks update-access-entry --cluster-name {cluster} --principal-arn {entry.role_arn} "
+                    f"--kubernetes-groups {group}",
                 )
             )
         else:
-            findings.append(ok(check, f"{entry.role_arn} -> group {LAMBDA_GROUP}"))
+            findings.append(ok(check, f"{entry.role_arn} -> group {group}"))
     return findings
 
 
@@ -82,7 +103,8 @@ def check_rbac(results: list[RbacFacts], error: str | None) -> list[Finding]:
         return [unknown("rbac", f"Kubernetes not reachable: {error}", "pass --kubeconfig (or set KUBECONFIG)")]
     findings: list[Finding] = []
     for subject in results:
-        check = f"rbac.{subject.subject.split()[0]}"
+        kind, _, who = subject.subject.partition(" ")
+        check = f"rbac.{kind}" + (f".{who.rpartition(':')[2]}" if kind == "group" else "")
         if subject.error:
             findings.append(unknown(check, f"{subject.subject}: {subject.error}"))
             continue

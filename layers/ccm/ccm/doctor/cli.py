@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import boto3
 
 from ccm.doctor import gather as g
-from ccm.doctor.access import LAMBDA_GROUP, LAMBDA_RULES, WATCHER_RULES
+from ccm.doctor.access import LAMBDA_GROUPS, LAMBDA_RULES, WATCHER_RULES
 from ccm.doctor.checks import run_checks
 from ccm.doctor.facts import Facts, RoleFacts, RoleKind
 from ccm.doctor.findings import Finding, exit_code, to_json, to_table
@@ -79,11 +79,25 @@ def collect(
         try:
             check = checker or g.kube_access_checker(args.kubeconfig)
             namespace, _, name = args.watcher_service_account.partition("/")
-            subjects = {"group": LAMBDA_RULES, "serviceaccount": WATCHER_RULES}
-            facts.rbac = g.gather_rbac(check, LAMBDA_GROUP, (namespace, name), subjects)
+            groups = {LAMBDA_GROUPS[kind]: LAMBDA_RULES[kind] for kind in _function_kinds(facts)}
+            facts.rbac = g.gather_rbac(check, groups, (namespace, name), WATCHER_RULES)
         except Exception as err:  # no kubeconfig, unreachable cluster: the RBAC check says unknown
             facts.rbac_error = g._describe(err)
     return facts, arns
+
+
+def _function_kinds(facts: Facts) -> list[RoleKind]:
+    """The functions the stack deploys (all four without a stack to read)."""
+    if facts.stack is None:
+        return ["services", "nodes", "routes", "sweeper"]
+    kinds: list[RoleKind] = ["services"]
+    if facts.stack.nodes_enabled:
+        kinds.append("nodes")
+    if facts.routes_enabled:
+        kinds.append("routes")
+    if facts.stack.sweeper_enabled:
+        kinds.append("sweeper")
+    return kinds
 
 
 def _gather_iam(
@@ -92,13 +106,7 @@ def _gather_iam(
     """The roles (from the stack, or --watcher-role-arn) and their simulated decisions; errors end up on the facts."""
     roles: dict[RoleKind, str] = {"watcher": args.watcher_role_arn} if args.watcher_role_arn else {}
     if facts.stack is not None:
-        wanted: list[RoleKind] = ["services", "watcher"]
-        if facts.stack.nodes_enabled:
-            wanted.append("nodes")
-        if facts.routes_enabled:
-            wanted.append("routes")
-        if facts.stack.sweeper_enabled:
-            wanted.append("sweeper")
+        wanted: list[RoleKind] = [*_function_kinds(facts), "watcher"]
         try:
             roles = g.role_arns(facts.stack, session.client("iam"), args.watcher_role_arn)
         except g.ERRORS as err:

@@ -7,7 +7,7 @@ fails is recorded on the fact (the checks report it), so one missing permission 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import boto3
@@ -175,21 +175,25 @@ def cluster_auth_mode(eks: Any, cluster: str) -> str | None:
 
 
 def gather_rbac(
-    check: AccessChecker, lambda_group: str, watcher_sa: tuple[str, str], subjects: dict[str, tuple[RbacRule, ...]]
+    check: AccessChecker,
+    lambda_groups: Mapping[str, tuple[RbacRule, ...]],
+    watcher_sa: tuple[str, str],
+    watcher_rules: tuple[RbacRule, ...] = (),
 ) -> list[RbacFacts]:
-    """`subjects`: "group"/"serviceaccount" -> rules. Users get the groups an authenticator attaches."""
+    """One subject per function group (group -> its rules) and the watcher's ServiceAccount. Users get the groups an
+    authenticator attaches (an access entry's group, a service account's)."""
     namespace, name = watcher_sa
-    who = {
-        "group": (f"group {lambda_group}", "doctor:lambda-probe", [lambda_group, "system:authenticated"]),
-        "serviceaccount": (
-            f"serviceaccount {namespace}/{name}",
-            f"system:serviceaccount:{namespace}:{name}",
-            ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-        ),
-    }
+    who: list[tuple[str, str, list[str], tuple[RbacRule, ...]]] = [
+        (f"group {group}", f"doctor:probe:{group}", [group, "system:authenticated"], rules)
+        for group, rules in lambda_groups.items()
+    ]
+    if watcher_rules:
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+        who.append(
+            (f"serviceaccount {namespace}/{name}", f"system:serviceaccount:{namespace}:{name}", groups, watcher_rules)
+        )
     results = []
-    for key, rules in subjects.items():
-        label, user, groups = who[key]
+    for label, user, groups, rules in who:
         facts = RbacFacts(label)
         try:
             facts.results = {rule: check(user, groups, rule) for rule in rules}

@@ -16,16 +16,18 @@ from ccm.doctor.facts import RoleFacts, RoleKind
 from ccm.doctor.findings import Finding, fail, ok, unknown, warn
 
 REQUEST_TAG, RESOURCE_TAG, CREATE_SG, NONE = "request-tag", "resource-tag", "create-sg-tagged", "untagged"
+CREATE_RULE = "create-rule-tagged"  # CreateTags as part of AuthorizeSecurityGroupIngress (a tagged node rule)
 # OURS: the cluster tag AND our Service UID tag (only we write it); RESOURCE_TAG alone is a cluster resource that is
 # not ours (the EKS cluster security group, the built-in service controller's load balancers): deletes are denied.
 OURS, ADOPT, SLR_ELB, SLR_OTHER = "ours", "adopt-uid-tag", "slr-elb", "slr-other"
 SOURCE_DEST_CHECK, OTHER_ATTRIBUTE = "resource-tag-sourcedestcheck", "resource-tag-userdata"
 
-LB, TG, LISTENER, SG, VPC, ROUTE_TABLE, INSTANCE = (
+LB, TG, LISTENER, SG, SG_RULE, VPC, ROUTE_TABLE, INSTANCE = (
     "lb",
     "tg",
     "listener",
     "sg",
+    "sg-rule",
     "vpc",
     "route-table",
     "instance",
@@ -102,6 +104,12 @@ PROBES: tuple[Probe, ...] = (
     Probe("services", "ec2:CreateTags", SG, CREATE_SG),
     *_both("services", "ec2:AuthorizeSecurityGroupIngress", SG, RESOURCE_TAG),
     Probe("services", "ec2:RevokeSecurityGroupIngress", SG, RESOURCE_TAG),
+    # the node rule is tagged on creation (and only then); a rule is revoked by id only if it carries the tag
+    *_both("services", "ec2:AuthorizeSecurityGroupIngress", SG_RULE, REQUEST_TAG),
+    Probe("services", "ec2:CreateTags", SG_RULE, CREATE_RULE),
+    Probe("services", "ec2:CreateTags", SG_RULE, CREATE_SG, allowed=False),  # not from another create
+    Probe("services", "ec2:CreateTags", SG_RULE, NONE, allowed=False),
+    *_both("services", "ec2:RevokeSecurityGroupIngress", SG_RULE, RESOURCE_TAG),
     *_ours("services", "ec2:DeleteSecurityGroup", SG),
     *(
         Probe("services", action, ANY)
@@ -111,6 +119,7 @@ PROBES: tuple[Probe, ...] = (
             "ec2:DescribeSubnets",
             "ec2:DescribeRouteTables",
             "ec2:DescribeSecurityGroups",
+            "ec2:DescribeSecurityGroupRules",
             "ec2:DescribeInstances",
             "tag:GetResources",
         )
@@ -146,6 +155,8 @@ PROBES: tuple[Probe, ...] = (
     Probe("sweeper", ELB + "DeleteTargetGroup", TG, OURS),
     *_ours("sweeper", "ec2:DeleteSecurityGroup", SG),
     Probe("sweeper", "ec2:RevokeSecurityGroupIngress", SG, RESOURCE_TAG),
+    *_both("sweeper", "ec2:RevokeSecurityGroupIngress", SG_RULE, RESOURCE_TAG),
+    Probe("sweeper", "ec2:DescribeSecurityGroupRules", ANY),
     Probe("sweeper", ELB + "DescribeListeners", ANY),
     Probe("sweeper", "tag:GetResources", ANY),
     Probe("sweeper", "sqs:SendMessage", SERVICES_QUEUE),
@@ -180,6 +191,7 @@ class Arns:
             TG: f"arn:{p}:elasticloadbalancing:{r}:{a}:targetgroup/doctor-probe/0123456789abcdef",
             LISTENER: f"arn:{p}:elasticloadbalancing:{r}:{a}:listener/net/doctor-probe/0123456789abcdef/0123456789ab",
             SG: f"arn:{p}:ec2:{r}:{a}:security-group/sg-0doctorprobe",
+            SG_RULE: f"arn:{p}:ec2:{r}:{a}:security-group-rule/sgr-0doctorprobe",
             ROUTE_TABLE: f"arn:{p}:ec2:{r}:{a}:route-table/rtb-0doctorprobe",
             INSTANCE: f"arn:{p}:ec2:{r}:{a}:instance/i-0doctorprobe",
             CLUSTER: f"arn:{p}:eks:{r}:{a}:cluster/{self.cluster}",
@@ -221,6 +233,8 @@ def context_entries(context: str, cluster: str) -> list[dict[str, object]]:
         return [*cluster_resource, entry("ec2:Attribute", attribute)]
     if context == CREATE_SG:
         return [entry(f"aws:RequestTag/{tag}", "owned"), entry("ec2:CreateAction", "CreateSecurityGroup")]
+    if context == CREATE_RULE:
+        return [entry(f"aws:RequestTag/{tag}", "owned"), entry("ec2:CreateAction", "AuthorizeSecurityGroupIngress")]
     return []
 
 
