@@ -7,13 +7,14 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import boto3
 from botocore.config import Config as BotoConfig
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
+from ccm.k8s.kubeconfig import from_kubeconfig, in_cluster
+from ccm.k8s.rest import KubeRest
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
 from watcher.config import Config
@@ -36,16 +37,15 @@ def seconds_to_next_resync(now: float, period: float) -> float:
     return period - (now % period)
 
 
-def kube_api_client(kubeconfig: str | None) -> k8s.ApiClient:
-    """--kubeconfig if given, else in-cluster service account, else the default kubeconfig (KUBECONFIG/~/.kube)."""
+def kube_api_client(kubeconfig: str | None, environ: Mapping[str, str] = os.environ) -> KubeRest:
+    """--kubeconfig if given, else the pod's service account, else the default kubeconfig (the first file of
+    KUBECONFIG, else ~/.kube/config): the official client's order."""
     if kubeconfig:
-        return k8s_config.new_client_from_config(config_file=kubeconfig)
-    try:
-        configuration = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=configuration)
-        return k8s.ApiClient(configuration)
-    except k8s_config.ConfigException:
-        return k8s_config.new_client_from_config()
+        return from_kubeconfig(kubeconfig)
+    if environ.get("KUBERNETES_SERVICE_HOST") and environ.get("KUBERNETES_SERVICE_PORT"):
+        return in_cluster()
+    default = (environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+    return from_kubeconfig(default or os.path.expanduser("~/.kube/config"))
 
 
 def sqs_client(config: Config) -> Any:
@@ -67,14 +67,13 @@ class Watcher:
     `api_client` / `sqs` may be injected (tests, embedding); by default they come from the config.
     """
 
-    def __init__(self, config: Config, *, api_client: k8s.ApiClient | None = None, sqs: Any = None) -> None:
+    def __init__(self, config: Config, *, api_client: KubeRest | None = None, sqs: Any = None) -> None:
         self.config = config
         self.metrics = Metrics()
         self.buffer = DeltaBuffer(config.buffer_size)
         self.metrics.buffer.set_function(lambda: len(self.buffer))
         self.metrics.buffer_capacity.set(config.buffer_size)
         self._api = api_client or kube_api_client(config.kubeconfig)
-        core = k8s.CoreV1Api(self._api)
 
         def backoff() -> Backoff:
             return Backoff(config.backoff_initial, config.backoff_max)
@@ -85,9 +84,11 @@ class Watcher:
         }
         self.informers = {
             "Service": Informer(
-                "Service", core.list_service_for_all_namespaces, self.buffer, self.metrics, backoff=backoff(), **common
+                "Service", self._api, "/api/v1/services", self.buffer, self.metrics, backoff=backoff(), **common
             ),
-            "Node": Informer("Node", core.list_node, self.buffer, self.metrics, backoff=backoff(), **common),
+            "Node": Informer(
+                "Node", self._api, "/api/v1/nodes", self.buffer, self.metrics, backoff=backoff(), **common
+            ),
         }
         self.sender = Sender(
             sqs if sqs is not None else sqs_client(config),
@@ -133,7 +134,7 @@ class Watcher:
         flushed = self.sender.stop(self.config.shutdown_timeout if flush_timeout is None else flush_timeout)
         if self._health is not None:
             self._health.stop()
-        self._api.close()
+        self._api.pool.clear()
         log.info("watcher stopped", extra={"flushed": flushed})
         return flushed
 

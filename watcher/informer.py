@@ -1,7 +1,7 @@
 """List-then-watch loop for one kind (one thread each), in the style of client-go's reflector.
 
-* Lists in pages (`limit`/`continue`) with `_preload_content=False` and parses the JSON itself: plain dicts,
-  no model objects, one page in memory at a time.
+* Lists in pages (`limit`/`continue`) through the project's own small client (ccm.k8s.watch): plain dicts, no
+  model objects, one page in memory at a time.
 * Watches from the list's resourceVersion with bookmarks, and resumes from the last seen resourceVersion after a
   disconnect (no duplicates, nothing missed).
 * On 410 Gone (watch or expired continue token) it relists; objects remembered but no longer listed get a
@@ -19,12 +19,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from kubernetes import watch
-from kubernetes.client.exceptions import ApiException
-
+from ccm.k8s.rest import ApiError, KubeRest
+from ccm.k8s.watch import Watch, list_page
 from ccm.messages import Delta
 from watcher import relevance
 from watcher.backoff import Backoff
@@ -43,7 +41,8 @@ class Informer:
     def __init__(
         self,
         kind: str,
-        list_func: Callable[..., Any],
+        rest: KubeRest,
+        path: str,
         buffer: DeltaBuffer,
         metrics: Metrics,
         *,
@@ -52,7 +51,8 @@ class Informer:
         backoff: Backoff | None = None,
     ) -> None:
         self.kind = kind
-        self._list = list_func
+        self._rest = rest
+        self._path = path
         self._buffer = buffer
         self._metrics = metrics
         self._page_size = page_size
@@ -63,7 +63,7 @@ class Informer:
         self._pending: tuple[str, bool] | None = ("initial", False)  # (reason, force SYNC of everything)
         self._interrupted = False  # the watch was cut by request_relist(), not by a failure
         self._stop = threading.Event()
-        self._watch = watch.Watch()
+        self._watch: Watch | None = None  # the open watch request, to cut it from other threads
         self._thread: threading.Thread | None = None
         self.resource_version: str | None = None
         self.synced = threading.Event()
@@ -76,14 +76,13 @@ class Informer:
 
     def request_stop(self) -> None:
         self._stop.set()
-        self._watch.stop()
+        self._cut_watch()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         deadline = time.monotonic() + timeout
         while self._thread is not None and self._thread.is_alive() and time.monotonic() < deadline:
-            # Repeated because a stop() landing between two watch requests would not interrupt the next one.
-            self._watch.stop()
+            self._cut_watch()
             self._thread.join(0.1)
 
     @property
@@ -99,7 +98,13 @@ class Informer:
         with self._lock:
             self._pending = (reason, force or (self._pending is not None and self._pending[1]))
             self._interrupted = True
-        self._watch.stop()
+        self._cut_watch()
+
+    def _cut_watch(self) -> None:
+        with self._lock:
+            current = self._watch
+        if current is not None:
+            current.stop()
 
     # --- loop ------------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -118,7 +123,7 @@ class Informer:
                 if self._watch_once():
                     self._backoff.reset()
                     continue
-            except ApiException as err:
+            except ApiError as err:
                 if err.status == 410:
                     log.info("resourceVersion too old (410 Gone); relisting", extra={"kind": self.kind})
                     self._requeue_relist(pending, "gone")
@@ -131,9 +136,7 @@ class Informer:
                     self._requeue_relist(pending, "too_large_rv")
                     continue
                 self._requeue_relist(pending, None)
-                log.warning(
-                    "list/watch failed", extra={"kind": self.kind, "status": err.status, "error": str(err.reason)}
-                )
+                log.warning("list/watch failed", extra={"kind": self.kind, "status": err.status, "error": err.message})
             except Exception as err:  # the loop must survive anything the network or the server throws at it
                 self._requeue_relist(pending, None)
                 if not self._stop.is_set():
@@ -164,18 +167,13 @@ class Informer:
         resource_version: str | None = None
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {
-                "limit": self._page_size,
-                "_preload_content": False,
-                "_request_timeout": (CONNECT_TIMEOUT, LIST_READ_TIMEOUT),
-            }
-            if token:
-                kwargs["_continue"] = token
-            response = self._list(**kwargs)
-            try:
-                page = json.loads(response.data)
-            finally:
-                response.release_conn()
+            page = list_page(
+                self._rest,
+                self._path,
+                limit=self._page_size,
+                continue_token=token,
+                timeout=(CONNECT_TIMEOUT, LIST_READ_TIMEOUT),
+            )
             self.heartbeat = time.monotonic()
             meta = page.get("metadata") or {}
             resource_version = resource_version or meta.get("resourceVersion")
@@ -208,23 +206,23 @@ class Informer:
         timeout = random.randint(self._watch_timeout, 2 * self._watch_timeout)
         started = time.monotonic()
         progressed = False
-
-        def list_raw(**kwargs: Any) -> Any:
-            return self._list(**kwargs)
-
-        # A docstring-less wrapper makes Watch skip model deserialisation: events carry plain dicts.
-        stream = self._watch.stream(
-            list_raw,
+        stream = Watch(
+            self._rest,
+            self._path,
             resource_version=self.resource_version,
-            allow_watch_bookmarks=True,
             timeout_seconds=timeout,
-            _request_timeout=(CONNECT_TIMEOUT, timeout + WATCH_READ_SLACK),
+            timeout=(CONNECT_TIMEOUT, timeout + WATCH_READ_SLACK),
         )
+        with self._lock:
+            self._watch = stream
+            if self._stop.is_set() or self._pending is not None:  # asked for while no watch was open to cut
+                stream.stop()
+        events = stream.events()
         try:
-            for event in stream:
+            for event in events:
                 self.heartbeat = time.monotonic()
                 progressed = True
-                obj = event.get("raw_object") or {}
+                obj = event.get("object") or {}
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                     self._observe(event["type"], obj, time.time())
@@ -234,7 +232,9 @@ class Informer:
                 if self._stop.is_set() or self._pending is not None:
                     break
         finally:
-            stream.close()
+            events.close()  # releases the connection now, not when garbage-collected
+            with self._lock:
+                self._watch = None
         return progressed or time.monotonic() - started >= self._watch_timeout
 
     # --- cache -----------------------------------------------------------------------------------------------
@@ -289,7 +289,7 @@ class Informer:
         return len(deltas)
 
 
-def _too_large_resource_version(err: ApiException) -> bool:
+def _too_large_resource_version(err: ApiError) -> bool:
     """A 504 with the ResourceVersionTooLarge cause (storage.NewTooLargeResourceVersionError)."""
     if err.status != 504 or not err.body:
         return False

@@ -34,5 +34,5 @@ def setup_logging(level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # botocore/urllib3 debug output is huge and not JSON-friendly in content; keep it out unless asked for.
-    for noisy in ("botocore", "urllib3", "kubernetes"):
+    for noisy in ("botocore", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -5,6 +5,7 @@ and RBAC enforced."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -77,8 +78,25 @@ class Env:
         return ["--cluster", CLUSTER, "--region", REGION, "--stack", "ccm", *extra]
 
 
+def put_heartbeat(minutes_ago: float = 1.0) -> None:
+    """What the service reconciler emits (EMF) for each watcher heartbeat it processes."""
+    boto3.client("cloudwatch", region_name=REGION).put_metric_data(
+        Namespace="ServerlessCCM",
+        MetricData=[
+            {
+                "MetricName": "WatcherHeartbeat",
+                "Dimensions": [{"Name": "service", "Value": "service-reconciler"}],
+                "Timestamp": datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=minutes_ago),
+                "Value": 1.0,
+                "Unit": "Count",
+            }
+        ],
+    )
+
+
 @pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+def env(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Env]:
+    """A prepared environment; its watcher's heartbeats arrive unless parametrized indirectly with False."""
     for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(key, value)
     with mock_aws():
@@ -117,6 +135,8 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
             TemplateBody=json.dumps(STACK_TEMPLATE),
             Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in params.items()],
         )
+        if getattr(request, "param", True):
+            put_heartbeat()
         yield Env(ec2, boto3.client("sqs", region_name=REGION), vpc, public, private, node_sg)
 
 
@@ -135,13 +155,40 @@ def cluster(tmp_path: Path) -> Iterator[Callable[[list[dict[str, Any]]], str]]:
     def start(objects: list[dict[str, Any]]) -> str:
         emu = Emulator().start()
         started.append(emu)
-        load_objects(emu, objects)
+        for stored, wanted in zip(load_objects(emu, objects), [o for o in objects if o], strict=True):
+            if "status" in wanted:  # what the controllers would report (load_objects, like a POST, drops it)
+                emu.update({**stored, "status": wanted["status"]}, subresource="status")
         emu.enable_rbac()
         return emu.write_kubeconfig(str(tmp_path / "kubeconfig"))
 
     yield start
     for emu in started:
         emu.stop()
+
+
+def shipped_watcher(env: Env, ready: int = 2, overlay: bool = True) -> list[dict[str, Any]]:
+    """deploy/base's namespace and Deployment as `kubectl kustomize` renders them (the generated ConfigMap's name
+    has a hash suffix), the queue URLs set to the stack's as an overlay does; `ready` pods reported ready."""
+    base = REPO / "deploy/base"
+    namespace = yaml.safe_load((base / "namespace.yaml").read_text())
+    deployment = yaml.safe_load((base / "deployment.yaml").read_text())
+    generated = "serverless-ccm-watcher-5f8b2m9k4t"
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    container["envFrom"] = [{"configMapRef": {"name": generated}}]
+    literals = yaml.safe_load((base / "kustomization.yaml").read_text())["configMapGenerator"][0]["literals"]
+    data = dict(literal.split("=", 1) for literal in literals)
+    if overlay:
+        for setting, queue in (("SERVICES", "prod-ccm-services.fifo"), ("NODES", "prod-ccm-nodes.fifo")):
+            data[f"WATCHER_{setting}_QUEUE_URL"] = env.sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": generated, "namespace": "serverless-ccm"},
+        "data": data,
+    }
+    replicas = deployment["spec"]["replicas"]
+    deployment["status"] = {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
+    return [namespace, config_map, deployment]
 
 
 def findings_of(env: Env, *extra: str) -> list[Finding]:
@@ -154,7 +201,7 @@ def by_check(findings: list[Finding], prefix: str) -> list[Finding]:
 
 
 def test_a_well_prepared_environment_passes(env: Env, cluster: Callable[[list[dict[str, Any]]], str]) -> None:
-    findings = findings_of(env, "--kubeconfig", cluster(shipped_rbac()))
+    findings = findings_of(env, "--kubeconfig", cluster(shipped_rbac() + shipped_watcher(env)))
     failing = [f for f in findings if f.status in ("fail", "warn")]
     assert failing == [], failing
     assert exit_code(findings) == 0
@@ -170,6 +217,10 @@ def test_a_well_prepared_environment_passes(env: Env, cluster: Callable[[list[di
         "rbac.group.nodes",
         "rbac.group.sweeper",
         "rbac.serviceaccount",
+        "watcher.pods",
+        "watcher.ServicesQueueUrl",
+        "watcher.NodesQueueUrl",
+        "watcher.heartbeat",
     }
     assert not by_check(findings, "rbac.group.routes")  # EnableRoutes=false: no routes function, no check
     # moto implements neither IAM policy simulation nor EKS access entries: reported, never failed
@@ -268,6 +319,37 @@ def test_rbac_is_unknown_without_a_reachable_cluster(env: Env, tmp_path: Path) -
     [rbac] = by_check(findings, "rbac")
     assert rbac.status == "unknown" and "--kubeconfig" in rbac.fix
     assert exit_code(findings) == 0
+
+
+@pytest.mark.parametrize("env", [False], indirect=True)  # no heartbeat in the window
+def test_a_watcher_not_ready_on_placeholder_queues_and_silent_fails_each_check(
+    env: Env, cluster: Callable[[list[dict[str, Any]]], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = cluster(shipped_rbac() + shipped_watcher(env, ready=1, overlay=False))
+    findings = {f.check: f for f in findings_of(env, "--kubeconfig", kubeconfig)}
+    pods, services, beat = findings["watcher.pods"], findings["watcher.ServicesQueueUrl"], findings["watcher.heartbeat"]
+    assert pods.status == "fail" and pods.message.endswith("1 of 2 pod(s) ready")
+    assert "kubectl -n serverless-ccm describe deployment serverless-ccm-watcher" in pods.fix
+    stack_url = env.sqs.get_queue_url(QueueName="prod-ccm-services.fifo")["QueueUrl"]
+    assert services.status == "fail" and "111122223333/CLUSTER-ccm-services.fifo" in services.message
+    assert f"WATCHER_SERVICES_QUEUE_URL={stack_url}" in services.fix
+    assert findings["watcher.NodesQueueUrl"].status == "fail"
+    assert beat.status == "fail" and "no watcher heartbeat" in beat.message
+    assert cli.main(env.argv("--json", "--kubeconfig", kubeconfig)) == 1
+    assert json.loads(capsys.readouterr().out)["exitCode"] == 1
+
+
+@pytest.mark.parametrize("env", [False], indirect=True)
+def test_only_heartbeats_inside_the_window_count_and_a_missing_deployment_fails(
+    env: Env, cluster: Callable[[list[dict[str, Any]]], str]
+) -> None:
+    put_heartbeat(minutes_ago=30)  # the watcher went silent 30 minutes ago
+    findings = {f.check: f for f in findings_of(env, "--kubeconfig", cluster(shipped_rbac()))}
+    assert findings["watcher.heartbeat"].status == "fail"
+    assert findings["watcher.pods"].status == "fail" and "not found" in findings["watcher.pods"].message
+    assert findings["watcher.pods"].fix.startswith("kubectl apply -k deploy/base")
+    put_heartbeat()
+    assert {f.check: f for f in findings_of(env, "--no-kube")}["watcher.heartbeat"].status == "ok"
 
 
 def test_the_emulator_answers_subject_access_reviews_like_a_cluster(tmp_path: Path) -> None:

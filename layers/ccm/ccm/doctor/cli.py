@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import sys
 from collections.abc import Sequence
@@ -12,11 +13,12 @@ import boto3
 from ccm.doctor import gather as g
 from ccm.doctor.access import LAMBDA_GROUPS, LAMBDA_RULES, WATCHER_RULES
 from ccm.doctor.checks import run_checks
-from ccm.doctor.facts import Facts, RoleFacts, RoleKind
+from ccm.doctor.facts import Facts, RoleFacts, RoleKind, WatcherFacts
 from ccm.doctor.findings import Finding, exit_code, to_json, to_table
 from ccm.doctor.permissions import Arns
 
 WATCHER_NAMESPACE, WATCHER_SERVICE_ACCOUNT = "serverless-ccm", "serverless-ccm-watcher"  # deploy/base
+WATCHER_DEPLOYMENT = "serverless-ccm-watcher"  # deploy/base/deployment.yaml, in the service account's namespace
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -73,6 +75,8 @@ def collect(
         facts.queues = g.gather_queues(session.client("sqs"), facts.stack)
         facts.access_entries = g.gather_access_entries(eks, args.cluster, roles)
         facts.cluster_auth_mode = g.cluster_auth_mode(eks, args.cluster)
+    if facts.stack:
+        facts.watcher = _gather_watcher(args, session)
     if args.no_kube:
         facts.rbac_error = "skipped (--no-kube)"
     else:
@@ -98,6 +102,20 @@ def _function_kinds(facts: Facts) -> list[RoleKind]:
     if facts.stack.sweeper_enabled:
         kinds.append("sweeper")
     return kinds
+
+
+def _gather_watcher(args: argparse.Namespace, session: boto3.session.Session) -> WatcherFacts:
+    namespace = args.watcher_service_account.partition("/")[0]
+    read: g.KubeReader | None = None
+    error = "skipped (--no-kube)" if args.no_kube else None
+    if not args.no_kube:
+        try:
+            read = g.kube_reader(args.kubeconfig)
+        except Exception as err:  # no kubeconfig: the watcher's pods are unknown, its heartbeats still checked
+            error = g._describe(err)
+    facts = g.gather_watcher(read, namespace, WATCHER_DEPLOYMENT, error)
+    g.gather_heartbeats(session.client("cloudwatch"), facts, datetime.datetime.now(datetime.UTC))
+    return facts
 
 
 def _gather_iam(

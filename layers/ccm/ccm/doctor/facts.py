@@ -86,6 +86,22 @@ class StackFacts:
 
 
 @dataclass
+class WatcherFacts:
+    """The watcher as deployed: its Deployment, the environment its pods get, the heartbeats CloudWatch counted."""
+
+    namespace: str
+    name: str
+    found: bool = False  # the Deployment exists
+    desired: int = 0  # spec.replicas
+    ready: int = 0  # status.readyReplicas
+    env: dict[str, str] = field(default_factory=dict)  # the containers' env: envFrom ConfigMaps, then env
+    error: str | None = None  # Deployment/ConfigMaps not readable (no kubeconfig, unreachable, forbidden)
+    heartbeats: float | None = None  # Sum of WatcherHeartbeat over the window; None when not read
+    heartbeat_window_minutes: int = 15
+    heartbeat_error: str | None = None
+
+
+@dataclass
 class Facts:
     cluster: str
     region: str
@@ -103,3 +119,4 @@ class Facts:
     access_entries: list[AccessEntryFacts] = field(default_factory=list)
     rbac: list[RbacFacts] = field(default_factory=list)
     rbac_error: str | None = None  # no Kubernetes access at all (no kubeconfig / cluster unreachable)
+    watcher: WatcherFacts | None = None

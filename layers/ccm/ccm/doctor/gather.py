@@ -6,6 +6,8 @@ fails is recorded on the fact (the checks report it), so one missing permission 
 
 from __future__ import annotations
 
+import datetime
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,8 +26,10 @@ from ccm.doctor.facts import (
     RoleFacts,
     RoleKind,
     StackFacts,
+    WatcherFacts,
 )
 from ccm.doctor.permissions import NODES_QUEUE, ROUTES_QUEUE, SERVICES_QUEUE, Arns, context_entries, requests
+from ccm.doctor.watcher import HEARTBEAT_METRIC, config_map_names, container_env
 
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 # Where the stack names each role: an output first, then the logical id of the AWS::IAM::Role.
@@ -220,6 +224,68 @@ def kube_access_checker(kubeconfig: str | None) -> AccessChecker:
         return bool(answer.status and answer.status.allowed)
 
     return check
+
+
+# GET of an API path -> the decoded object, None on 404; other errors raise.
+KubeReader = Callable[[str, str, str], "dict[str, Any] | None"]  # (kind, namespace, name)
+
+
+def kube_reader(kubeconfig: str | None) -> KubeReader:
+    """Deployments and ConfigMaps as plain dicts, with the caller's kubeconfig (the official client)."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    reads = {
+        "Deployment": client.AppsV1Api(api).read_namespaced_deployment,
+        "ConfigMap": client.CoreV1Api(api).read_namespaced_config_map,
+    }
+
+    def read(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            response: Any = reads[kind](name, namespace, _preload_content=False, _request_timeout=(5, 20))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        found: dict[str, Any] = json.loads(response.data)
+        return found
+
+    return read
+
+
+def gather_watcher(read: KubeReader | None, namespace: str, name: str, kube_error: str | None = None) -> WatcherFacts:
+    """The watcher's Deployment (ready vs desired replicas) and the environment its pods get."""
+    facts = WatcherFacts(namespace, name, error=kube_error)
+    if read is None:
+        return facts
+    try:
+        deployment = read("Deployment", namespace, name)
+        if deployment is None:
+            return facts
+        facts.found = True
+        facts.desired = int((deployment.get("spec") or {}).get("replicas", 1))
+        facts.ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+        maps = {cm: read("ConfigMap", namespace, cm) for cm in config_map_names(deployment)}
+        facts.env = container_env(deployment, {k: (v or {}).get("data") if v else None for k, v in maps.items()})
+    except Exception as err:  # any client/transport error: report, keep checking the rest
+        facts.error = _describe(err)
+    return facts
+
+
+def gather_heartbeats(cloudwatch: Any, facts: WatcherFacts, now: datetime.datetime) -> None:
+    """Sum of the heartbeats the service reconciler counted over the window (one-minute buckets, all added)."""
+    try:
+        points = cloudwatch.get_metric_statistics(
+            **HEARTBEAT_METRIC,
+            StartTime=now - datetime.timedelta(minutes=facts.heartbeat_window_minutes),
+            EndTime=now,
+            Period=60,
+            Statistics=["Sum"],
+        )["Datapoints"]
+        facts.heartbeats = float(sum(p.get("Sum", 0.0) for p in points))
+    except ERRORS as err:
+        facts.heartbeat_error = _describe(err)
 
 
 def arns_for(session: boto3.session.Session, facts: Facts, vpc_id: str) -> Arns:

@@ -2,8 +2,8 @@
 
 Why not `kubernetes`: importing `kubernetes.client` costs ~430 ms on every cold start (thousands of generated
 model classes), and the functions make ten kinds of call, all on plain JSON. urllib3 is already loaded by
-botocore, so this client costs nothing to import. The watcher, the doctor and the tests keep the official
-client (its watch and config loaders).
+botocore, so this client costs nothing to import. The watcher uses it too (ccm.k8s.watch: list + watch), which
+keeps the official client out of its image; the doctor and the tests keep the official client.
 """
 
 from __future__ import annotations
@@ -88,13 +88,8 @@ class KubeRest:
         content_type: str = JSON,
     ) -> Any:
         """Send one request; the decoded JSON answer (None if empty). Non-2xx raises ApiError."""
-        url = self.server + path
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
-        headers = {"Accept": JSON, "User-Agent": USER_AGENT}
-        token = self._token() if self._token else None
-        if token:
-            headers["Authorization"] = "Bearer " + token
+        url = self._url(path, query)
+        headers = self._headers()
         payload = None
         if body is not None:
             payload = json.dumps(body, separators=(",", ":")).encode()
@@ -105,6 +100,37 @@ class KubeRest:
         if response.status >= 400:
             raise ApiError(response.status, response.reason or "", response.data)
         return json.loads(response.data) if response.data else None
+
+    def open(self, path: str, *, query: Mapping[str, str | int] | None = None, timeout: tuple[float, float]) -> Any:
+        """GET whose body the caller reads as it arrives (a watch stream): the unread urllib3 response, to be
+        released by the caller. `timeout` is (connect, read): the read one bounds each wait for more bytes. No
+        retries: a long-lived stream's caller decides when and where to resume. Non-2xx raises ApiError."""
+        import urllib3
+
+        response = self.pool.request(
+            "GET",
+            self._url(path, query),
+            headers=self._headers(),
+            preload_content=False,
+            retries=False,
+            timeout=urllib3.util.Timeout(connect=timeout[0], read=timeout[1]),
+        )
+        if response.status >= 400:
+            try:
+                raise ApiError(response.status, response.reason or "", response.read())
+            finally:
+                response.release_conn()
+        return response
+
+    def _url(self, path: str, query: Mapping[str, str | int] | None) -> str:
+        return self.server + path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": JSON, "User-Agent": USER_AGENT}
+        token = self._token() if self._token else None
+        if token:
+            headers["Authorization"] = "Bearer " + token
+        return headers
 
     @staticmethod
     def _deadline_timeout() -> dict[str, Any]:

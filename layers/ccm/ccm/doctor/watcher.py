@@ -1,0 +1,119 @@
+"""Checks of the running watcher (pure): its pods are ready, it was given the stack's queues, its heartbeats arrive.
+
+Each heartbeat the watcher sends to the services queue is counted by the service reconciler as the CloudWatch
+metric ServerlessCCM/WatcherHeartbeat (dimension service=service-reconciler); template.yaml's WatcherSilenceAlarm
+fires on its absence. No heartbeat over the window means nothing the watcher sees reaches the reconcilers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ccm.doctor.facts import StackFacts, WatcherFacts
+from ccm.doctor.findings import Finding, fail, ok, unknown
+
+# The watcher's setting (watcher/config.py: WATCHER_<FIELD>) -> the stack output it must equal.
+QUEUE_SETTINGS = {"WATCHER_SERVICES_QUEUE_URL": "ServicesQueueUrl", "WATCHER_NODES_QUEUE_URL": "NodesQueueUrl"}
+HEARTBEAT_METRIC = {
+    "Namespace": "ServerlessCCM",
+    "MetricName": "WatcherHeartbeat",
+    "Dimensions": [{"Name": "service", "Value": "service-reconciler"}],
+}
+INSTALL_FIX = "kubectl apply -k deploy/base (docs/deploy.md section 5)"
+
+
+def container_env(deployment: dict[str, Any], config_maps: dict[str, dict[str, str] | None]) -> dict[str, str]:
+    """The environment the watcher container gets, as the kubelet builds it: envFrom sources in order (with their
+    prefix), then `env` (which wins). `config_maps`: name -> data (None: not found)."""
+    containers = ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    container = next((c for c in containers if c.get("name") == "watcher"), containers[0] if containers else {})
+    env: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        ref = source.get("configMapRef") or {}
+        data = config_maps.get(ref.get("name", "")) or {}
+        env.update({source.get("prefix", "") + k: v for k, v in data.items()})
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        ref = (var.get("valueFrom") or {}).get("configMapKeyRef")
+        if ref and (config_maps.get(ref.get("name", "")) or {}).get(ref.get("key", "")) is not None:
+            env[var["name"]] = (config_maps[ref["name"]] or {})[ref["key"]]
+    return env
+
+
+def config_map_names(deployment: dict[str, Any]) -> list[str]:
+    """The ConfigMaps the pod template reads (envFrom and env valueFrom), to be fetched."""
+    names: list[str] = []
+    for c in ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []:
+        names += [
+            s["configMapRef"]["name"] for s in c.get("envFrom") or [] if (s.get("configMapRef") or {}).get("name")
+        ]
+        names += [
+            v["valueFrom"]["configMapKeyRef"]["name"]
+            for v in c.get("env") or []
+            if ((v.get("valueFrom") or {}).get("configMapKeyRef") or {}).get("name")
+        ]
+    return sorted(set(names))
+
+
+def check_watcher(watcher: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
+    return [*_deployment(watcher), *_queues(watcher, stack), _heartbeats(watcher)]
+
+
+def _deployment(w: WatcherFacts) -> list[Finding]:
+    where = f"Deployment {w.namespace}/{w.name}"
+    if w.error:
+        return [unknown("watcher.pods", f"{where} not readable: {w.error}", "pass --kubeconfig (or set KUBECONFIG)")]
+    if not w.found:
+        return [fail("watcher.pods", f"{where} not found", INSTALL_FIX)]
+    if w.desired == 0:
+        return [fail("watcher.pods", f"{where} is scaled to 0: no change reaches the reconcilers", "scale it to 2")]
+    if w.ready < w.desired:
+        return [
+            fail(
+                "watcher.pods",
+                f"{where}: {w.ready} of {w.desired} pod(s) ready",
+                f"kubectl -n {w.namespace} describe deployment {w.name}; kubectl -n {w.namespace} logs "
+                f"deployment/{w.name} (readiness needs both initial lists and SQS reachable)",
+            )
+        ]
+    return [ok("watcher.pods", f"{where}: {w.ready}/{w.desired} pod(s) ready")]
+
+
+def _queues(w: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
+    if w.error or not w.found or stack is None:
+        return []  # reported by watcher.pods / stack
+    findings: list[Finding] = []
+    for setting, output in QUEUE_SETTINGS.items():
+        expected = stack.outputs.get(output)
+        if expected is None:
+            continue
+        check = f"watcher.{output}"
+        given = w.env.get(setting)
+        if given == expected:
+            findings.append(ok(check, f"{setting} is the stack's {output}"))
+            continue
+        fix = (
+            f"set {setting}={expected} in the watcher's ConfigMap (deploy/base/kustomization.yaml), "
+            f"then kubectl apply -k deploy/base"
+        )
+        what = "not set" if given is None else f"{given}, not the stack's {output} {expected}"
+        findings.append(fail(check, f"the watcher's {setting} is {what}", fix))
+    return findings
+
+
+def _heartbeats(w: WatcherFacts) -> Finding:
+    window = f"the last {w.heartbeat_window_minutes} minutes"
+    if w.heartbeat_error or w.heartbeats is None:
+        return unknown(
+            "watcher.heartbeat", f"CloudWatch not readable: {w.heartbeat_error}", "allow cloudwatch:GetMetricStatistics"
+        )
+    if w.heartbeats <= 0:
+        return fail(
+            "watcher.heartbeat",
+            f"no watcher heartbeat processed in {window} (ServerlessCCM/WatcherHeartbeat): the watcher is down, "
+            "cannot send to SQS, or the service reconciler is not consuming",
+            "docs/operations.md (WatcherSilenceAlarm): check the watcher's logs and /readyz, then the services queue",
+        )
+    return ok("watcher.heartbeat", f"{w.heartbeats:g} heartbeat(s) processed in {window}")
