@@ -16,7 +16,14 @@ def test_load_kube_config_and_discovery(emu: Emulator, kubeconfig: str) -> None:
     version = kubernetes.client.VersionApi().get_code()
     assert version.git_version == "v1.32.0"
     groups = {g.name for g in kubernetes.client.ApisApi().get_api_versions().groups}
-    assert groups == {"events.k8s.io", "coordination.k8s.io", "apps", "policy", "rbac.authorization.k8s.io"}
+    assert groups == {
+        "events.k8s.io",
+        "coordination.k8s.io",
+        "apps",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "networking.k8s.io",
+    }
     names = {r.name for r in kubernetes.client.CoreV1Api().get_api_resources().resources}
     assert {"namespaces", "services", "services/status", "nodes", "nodes/status", "events"} <= names
     namespaces = {n.metadata.name for n in kubernetes.client.CoreV1Api().list_namespace().items}

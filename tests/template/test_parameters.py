@@ -51,6 +51,7 @@ def test_every_parameter_is_described_and_constrained(name: str) -> None:
         ("LoadBalancerClass", "serverless"),
         ("WatcherNamespace", "Serverless_CCM"),
         ("LogLevel", "TRACE"),
+        ("KubeconfigSecretKmsKeyArn", "alias/aws/secretsmanager"),
         ("DefaultLoadBalancerType", "alb"),
     ],
 )
@@ -69,6 +70,7 @@ def test_placeholders_and_typos_are_refused(name: str, value: str) -> None:
         ("WatcherOidcIssuer", "oidc.eks.us-east-1.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"),
         ("LoadBalancerClass", "ccm.aws/serverless"),
         ("WatcherNamespace", "serverless-ccm"),
+        ("KubeconfigSecretKmsKeyArn", "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"),
     ],
 )
 def test_real_values_are_accepted(name: str, value: str) -> None:
