@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 _CREDENTIAL: Final = re.compile(r"Credential=([^/,\s]+)/")
-_RESOURCE_PARAMS: Final = ("QueueUrl", "TableName", "name")
+_RESOURCE_PARAMS: Final = ("QueueUrl", "QueueName", "TableName", "name")
 _lock = threading.Lock()
 _calls: list[AwsCall] = []
 _enabled = False
