@@ -3,16 +3,27 @@ runner); tests reset what they changed. CCM_FAULTS_FILE arms crash points in the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from ccm.aws import faults
+from devstack import aws_faithful
+from devstack.aws_faithful import FaithfulSettings
 from devstack.stack import Stack, StackConfig
 from tests.chaos.invariants import aws_view
 
 BUCKET_S = 1  # membership coalescing buckets: short, so host updates settle quickly
+# CHAOS_PROFILE=throttled: AWS's API rate limits on (devstack.aws_faithful token buckets), refilled at a twentieth
+# of AWS's documented rates so that the few Services of a schedule really drain them: every call site meets
+# Throttling / RequestLimitExceeded answers, as a busy account does. The default profile leaves them off.
+PROFILE = os.environ.get("CHAOS_PROFILE", "default")
+PROFILES = {
+    "default": FaithfulSettings(),
+    "throttled": FaithfulSettings(rate_limits=True, refill_scale=0.05),
+}
 
 
 def faithful_moto_clb_listener_deletion() -> None:
@@ -43,6 +54,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         concurrency=3,
         resync_seconds=3600,  # no periodic repair: convergence must come from the deltas themselves
         aws_fault_proxy=True,
+        aws=PROFILES[PROFILE],
         routes=True,  # pod-CIDR routes in one cluster route table per AZ: the route reconciler is under test too
         route_table_per_az=True,
         # The functions' AWS clients read the faults file named in their environment (each is its own process).
@@ -52,3 +64,5 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         running.faults_file = faults_file  # type: ignore[attr-defined]
         running.baseline = aws_view(running).tagged  # type: ignore[attr-defined]  # the seeded network
         yield running
+    if PROFILE == "throttled":
+        print(f"chaos profile throttled: throttled answers by action {dict(sorted(aws_faithful.throttled.items()))}")
