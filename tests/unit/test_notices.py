@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import json
 from typing import Any
 
 from ccm.service.annotations import PREFIX, parse_load_balancer_config
 from ccm.service.lbconfig import LbType
-from ccm.service.notices import DIFFERS, IGNORED, SCHEME_DEFAULT, annotation_notices
+from ccm.service.notices import DIFFERS, IGNORED, SCHEME_DEFAULT, annotation_notices, main
 
 
 def notices(annotations: dict[str, str], lb_type: LbType = "nlb", **spec: Any) -> dict[str, str]:
@@ -56,3 +58,31 @@ def test_the_source_ranges_annotation_loses_to_the_spec_field():
     assert found == {
         IGNORED: "service.beta.kubernetes.io/load-balancer-source-ranges: ignored, spec.loadBalancerSourceRanges wins"
     }
+
+
+def test_the_pre_switch_listing_names_each_services_warnings(capsys: Any, monkeypatch: Any) -> None:
+    items = {
+        "items": [
+            {
+                "metadata": {"name": "plain", "namespace": "a", "uid": "1"},
+                "spec": {"type": "LoadBalancer", "ports": [{"name": "h", "port": 80, "nodePort": 30080}]},
+            },
+            {"metadata": {"name": "ip", "namespace": "a", "uid": "2"}, "spec": {"type": "ClusterIP"}},
+            {
+                "metadata": {"name": "lbc", "namespace": "b", "uid": "3", "annotations": {PREFIX + "name": "x"}},
+                "spec": {"type": "LoadBalancer", "ports": [{"name": "h", "port": 80, "nodePort": 30080}]},
+            },
+            {
+                "metadata": {"name": "bad", "namespace": "b", "uid": "4", "annotations": {PREFIX + "type": "elb"}},
+                "spec": {"type": "LoadBalancer"},
+            },
+        ]
+    }
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(items)))
+    assert main(["clb"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[:2] for line in lines] == [
+        ["b/lbc", "AnnotationIgnored"],
+        ["b/bad", "SyncLoadBalancerFailed"],
+    ]
+    assert f"{PREFIX}name: only the AWS Load Balancer Controller understands it" in lines[0]

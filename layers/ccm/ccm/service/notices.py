@@ -8,10 +8,12 @@ reconciler emits them when the Service changed (not on every resync), so they st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-from ccm.contracts import LoadBalancerWarning
+from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, LoadBalancerWarning
 from ccm.service.annotations import (
     ACCESS_LOG_ANNOTATION,
     INTERNAL_ANNOTATION,
@@ -19,8 +21,9 @@ from ccm.service.annotations import (
     PROXY_PROTOCOL_ANNOTATION,
     SCHEME_ANNOTATION,
     SOURCE_RANGES_ANNOTATION,
+    parse_load_balancer_config,
 )
-from ccm.service.lbconfig import LoadBalancerConfig
+from ccm.service.lbconfig import LbType, LoadBalancerConfig
 
 IGNORED: Final = "AnnotationIgnored"  # not acted on at all
 DIFFERS: Final = "AnnotationDiffers"  # acted on, but not as one of the two upstream controllers would
@@ -101,3 +104,28 @@ def annotation_notices(
     out = [LoadBalancerWarning(IGNORED, "; ".join(ignored))] if ignored else []
     out += [LoadBalancerWarning(DIFFERS, "; ".join(differs))] if differs else []
     return tuple(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl get svc -A -o json | python -m ccm.service.notices [clb|nlb]`: the Warnings each LoadBalancer
+    Service would get, before the switch (adopted Services get them only at their next change)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    default: LbType = "nlb" if args == ["nlb"] else "clb"
+    for svc in json.load(sys.stdin).get("items") or []:
+        if (svc.get("spec") or {}).get("type") != "LoadBalancer":
+            continue
+        key = f"{svc['metadata'].get('namespace')}/{svc['metadata'].get('name')}"
+        try:
+            config = parse_load_balancer_config(svc, default_lb_type=default)
+        except ImplementedElsewhere:
+            continue
+        except InvalidServiceConfig as err:
+            print(f"{key}\tSyncLoadBalancerFailed\t{err}")
+            continue
+        for notice in annotation_notices(config, svc["metadata"].get("annotations") or {}):
+            print(f"{key}\t{notice.reason}\t{notice.message}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
