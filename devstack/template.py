@@ -107,6 +107,11 @@ class TemplateFacts:
         """Re-resolve with what `Ref <LogicalId>` (and `GetAtt <LogicalId>.<Attr>` as key "Id.Attr") returns."""
         return _build(self, resource_names={**self.resource_names, **resource_names})
 
+    def resource_property(self, logical_id: str, prop: str) -> Any:
+        """A property of a resource with its intrinsics evaluated; names of resources not given render as
+        `${Name}` / `${Name.Attr}` (e.g. the dashboard body's function and queue names)."""
+        return _Resolver(self).value(self._doc["Resources"][logical_id]["Properties"][prop], strict=False)
+
     def queue_creation_order(self) -> list[str]:
         """Queues ordered so every dead-letter queue comes before the queues that redrive into it."""
         order: list[str] = []

@@ -33,6 +33,7 @@ from tests.e2e.helpers import (
     running_stack,
     security_group,
     service_calls,
+    wait_event,
 )
 
 NLB = {A + "type": "nlb"}
@@ -220,6 +221,25 @@ def test_target_group_attributes_and_proxy_protocol(stack: Stack):
             "stickiness.type": "source_ip",
             "proxy_protocol_v2.enabled": "true",
         }
+    gone(stack, svc)
+
+
+def test_annotations_read_differently_upstream_get_warnings_naming_them(stack: Stack):
+    annotations = {**NLB, A + "nlb-target-type": "ip", A + "proxy-protocol": "*"}
+    create_lb_service(stack, "lbc-names", [80], annotations)
+    svc = served(stack, "lbc-names")
+    ignored = wait_event(stack, "lbc-names", "AnnotationIgnored")
+    assert ignored["type"] == "Warning"
+    assert ignored["message"] == (
+        f"{A}nlb-target-type: only the AWS Load Balancer Controller understands it; ignored: targets are always the "
+        "nodes (instance targets on their node ports)"
+    )
+    differs = wait_event(stack, "lbc-names", "AnnotationDiffers")["message"]
+    assert differs.startswith(f"{A}scheme not set: internet-facing (the cloud-provider-aws default")
+    assert f"{A}proxy-protocol: applied to this NLB as target-group attribute" in differs
+    lb = converged(stack, svc, lambda lb: len(lb["TargetGroups"]) == 1, "one target group")
+    (tg,) = lb["TargetGroups"].values()
+    assert tg["TargetType"] == "instance"
     gone(stack, svc)
 
 

@@ -334,3 +334,81 @@ def test_nodes_in_a_zone_without_a_usable_subnet_get_a_warning_naming_the_tags(
     (warning,) = [w for w in _warnings(core) if w["reason"] == "UnavailableSubnets"]
     assert "no usable public subnet in us-east-1c where nodes run" in warning["message"]
     assert "kubernetes.io/role/elb=1 and kubernetes.io/cluster/" in warning["message"]
+
+
+def _notices(core: client.CoreV1Api) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for w in _warnings(core):
+        if w["reason"] in ("AnnotationIgnored", "AnnotationDiffers"):
+            out.setdefault(w["reason"], []).append(w["message"])
+    return out
+
+
+def test_annotations_read_differently_upstream_are_named_in_warnings_once_per_change(
+    stack: dict[str, Any], world: World
+):
+    core, prefix = stack["core"], "service.beta.kubernetes.io/aws-load-balancer-"
+    annotations = {
+        prefix + "nlb-target-type": "ip",  # the Load Balancer Controller's
+        prefix + "name": "my-nlb",
+        prefix + "listener-attributes.TCP-80": "tcp.idle_timeout.seconds=400",
+        prefix + "healthcheck-intervall": "10",  # a typo
+        prefix + "connection-idle-timeout": "120",  # Classic ELBs only
+        prefix + "proxy-protocol": "*",  # cloud-provider-aws reads it for Classic ELBs only
+    }
+    body = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default", "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": 80}]},
+    }
+    svc = json.loads(core.create_namespaced_service("default", body, _preload_content=False).data)
+    assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
+
+    live = read(core)
+    assert live["status"]["loadBalancer"]["ingress"]  # a warning, never a failure
+    notices = _notices(core)
+    (ignored,) = notices["AnnotationIgnored"]
+    assert f"{prefix}nlb-target-type: only the AWS Load Balancer Controller understands it; ignored" in ignored
+    assert "targets are always the nodes" in ignored
+    assert f"{prefix}name: only the AWS Load Balancer Controller" in ignored
+    assert f"{prefix}listener-attributes.TCP-80: only the AWS Load Balancer Controller" in ignored
+    assert f"{prefix}healthcheck-intervall: unknown" in ignored
+    assert f"{prefix}connection-idle-timeout: applies to Classic ELBs only, ignored on this NLB" in ignored
+    (differs,) = notices["AnnotationDiffers"]
+    assert differs.startswith(
+        f"{prefix}scheme not set: internet-facing (the cloud-provider-aws default; the AWS Load Balancer "
+        "Controller would make it internal)"
+    )
+    assert f"{prefix}proxy-protocol: applied to this NLB as target-group attribute proxy_protocol_v2.enabled" in differs
+
+    # The periodic resync says nothing new: the Service did not change.
+    invoke(stack, [delta_for("Service", "SYNC", live).to_body()])
+    assert _notices(core) == notices
+
+    # Said again when the Service changes, now without what was fixed.
+    fixed = {prefix + "scheme": "internet-facing", prefix + "nlb-target-type": None, prefix + "name": None}
+    core.patch_namespaced_service("web", "default", {"metadata": {"annotations": fixed}})
+    invoke(stack, [delta_for("Service", "MODIFIED", read(core)).to_body()])
+    after = _notices(core)
+    assert len(after["AnnotationIgnored"]) == 2 and len(after["AnnotationDiffers"]) == 2
+    latest_ignored = next(m for m in after["AnnotationIgnored"] if m != ignored)
+    latest_differs = next(m for m in after["AnnotationDiffers"] if m != differs)
+    assert "nlb-target-type" not in latest_ignored and "listener-attributes.TCP-80" in latest_ignored
+    assert "scheme not set" not in latest_differs and "proxy-protocol" in latest_differs
+
+
+def test_a_classic_elb_with_nlb_only_annotations_is_told_they_are_ignored(stack: dict[str, Any], world: World):
+    core, prefix = stack["core"], "service.beta.kubernetes.io/aws-load-balancer-"
+    annotations = {prefix + "type": "clb", prefix + "ip-address-type": "dualstack"}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default", "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": 80}]},
+    }
+    svc = json.loads(core.create_namespaced_service("default", body, _preload_content=False).data)
+    assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
+    assert _notices(core) == {
+        "AnnotationIgnored": [f"{prefix}ip-address-type: applies to NLBs only, ignored on this CLB"]
+    }  # no scheme notice: the Load Balancer Controller makes no Classic ELBs

@@ -40,6 +40,7 @@ from ccm.contracts import (
 from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LoadBalancerConfig
+from ccm.service.notices import annotation_notices
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,8 @@ class ClassicLoadBalancers(PassFlags):
             ids = [i for i in map(p.instance_id, nodes) if i]
             if unreachable := self.security_groups.ensure_node_access(groups, name, uid, ids):
                 warnings.append(LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable))
-        return replace(_status(observed.dns_name), warnings=tuple(warnings))
+        notices = annotation_notices(config, p.annotations_of(service))
+        return replace(_status(observed.dns_name), warnings=tuple(warnings), notices=notices)
 
     def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
         """Only the instances: a host update never changes anything else (a Service change does that)."""

@@ -34,6 +34,7 @@ from ccm.contracts import (
 from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config, validate_against_subnets
 from ccm.service.lbconfig import LoadBalancerConfig
+from ccm.service.notices import annotation_notices
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class NetworkLoadBalancers(PassFlags):
         return LoadBalancerStatus(
             (Ingress(hostname=lb["DNSName"]),),
             warnings=tuple(warnings),
+            notices=annotation_notices(config, p.annotations_of(service)),
         )
 
     def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:

@@ -919,8 +919,10 @@ RULES: Final = (
 NOTES: Final = (
     "An empty value counts as absent (except `internal`, which is exact as upstream: only `false` is "
     "internet-facing, so `False` means internal).",
-    "Annotations that do not apply to the LB type, and unknown `aws-load-balancer-` annotations, are ignored as "
-    "upstream ignores them (the config lists them so a caller may warn).",
+    "Annotations that do not apply to the LB type, and unknown `aws-load-balancer-` annotations (Load Balancer "
+    "Controller names included), are ignored as upstream ignores them, but never silently: a Warning "
+    "`AnnotationIgnored` names each; `AnnotationDiffers` names those applied where cloud-provider-aws would not "
+    "(docs/migration.md).",
     "`type` is compared case-insensitively; values other than `nlb`, `clb`, `external`, `nlb-ip` are refused "
     "(upstream would silently make a CLB).",
     "A problem is reported as one Warning naming every annotation and value at fault; nothing in AWS changes and "

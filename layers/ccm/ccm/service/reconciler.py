@@ -173,6 +173,9 @@ class ServiceReconciler:
             raise RuntimeError("failed to ensure load balancer: no status returned")
         for warning in status.warnings:
             self._event(svc, outcome, "Warning", warning.reason, warning.message)
+        if not quiet:  # what the annotations mean here: said when the Service changed, not on every resync
+            for notice in status.notices:
+                self._event(svc, outcome, "Warning", notice.reason, notice.message)
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
         self._write_status(svc, status.to_api().get("ingress", []), outcome)
