@@ -127,7 +127,10 @@ class Stack:
         if key == "Fn::If":
             return self.value(arg[1] if self.condition(arg[0]) else arg[2])
         if key == "Fn::Join":
-            return arg[0].join(str(x) for x in self.value(arg[1]))
+            joined = self.value(arg[1])
+            return arg[0].join(str(x) for x in (joined if isinstance(joined, list) else [joined]))
+        if key == "Fn::Split":
+            return str(self.value(arg[1])).split(arg[0])
         if key == "Fn::Sub":
             text, local = (arg, {}) if isinstance(arg, str) else (arg[0], self.value(arg[1]))
             return re.sub(r"\$\{([^}!]+)\}", lambda m: str(self._sub_var(m.group(1), local)), text)

@@ -95,6 +95,12 @@ def test_no_wildcard_actions_and_wildcard_resources_only_for_reads(scenario: str
             assert all(a.startswith("sqs:") for a in as_list(st["Action"])), where
             assert isinstance(st["NotResource"], str) and st["NotResource"].endswith("Queue.Arn>"), where
             continue
+        if st.get("Sid") == "OnlyOurSenders":
+            # The queue policies' Deny: sqs:SendMessage on its own queue for every IAM principal but the listed
+            # senders (tests/template/test_queue_policies.py evaluates it).
+            assert st["Effect"] == "Deny" and st["Action"] == "sqs:SendMessage" and st["Principal"] == "*", where
+            assert set(st["Condition"]) == {"Null", "ArnNotEquals"}, where
+            continue
         assert st["Effect"] == "Allow", where  # no other Deny juggling: keep it simple to review
         assert "NotAction" not in st and "NotResource" not in st and "NotPrincipal" not in st, where
         for action in as_list(st["Action"]):

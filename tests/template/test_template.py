@@ -295,7 +295,9 @@ def test_routes_are_serialised_by_one_fifo_group(translated: dict[str, Any]) -> 
     (target,) = rule["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": ["RoutesQueue", "Arn"]}
     assert target["SqsParameters"] == {"MessageGroupId": ROUTES_GROUP}
-    (allow,) = res["RoutesQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    (allow,) = [
+        st for st in res["RoutesQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"] if st["Effect"] == "Allow"
+    ]
     assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sqs:SendMessage"
     assert allow["Condition"]["ArnEquals"]["aws:SourceArn"] == {"Fn::GetAtt": ["RoutesSafetyPassRule", "Arn"]}
 
@@ -399,7 +401,7 @@ def test_eventbridge_rules_target_the_nodes_queue_with_the_groups_the_code_expec
     # Only these two rules may send to the queue (the watcher and the function use IAM identity policies).
     policy = res["NodesQueuePolicy"]["Properties"]
     assert policy["Queues"] == [{"Ref": "NodesQueue"}]
-    (allow,) = policy["PolicyDocument"]["Statement"]
+    (allow,) = [st for st in policy["PolicyDocument"]["Statement"] if st.get("Effect") == "Allow"]
     assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sqs:SendMessage"
     assert allow["Resource"] == nodes_queue
     assert allow["Condition"]["ArnEquals"]["aws:SourceArn"] == [
