@@ -316,6 +316,7 @@ def seed_world(
         # run_instances answers "pending"; ELB target registration requires "running".
         ec2.get_waiter("instance_running").wait(InstanceIds=ids, WaiterConfig={"Delay": 1, "MaxAttempts": 10})
 
+    aws_faithful.settle()  # the network predates the controller: no eventual-consistency gap on what was seeded
     return World(
         endpoint_url=endpoint_url,
         region=region,

@@ -108,6 +108,16 @@ def _created(ec2_backend: Any) -> dict[str, float]:
     return created
 
 
+def settle() -> None:
+    """Everything created so far is visible to reads: a seeded cluster network existed long before the controller
+    ran (eventual consistency is about what was *just* created)."""
+    from moto.ec2.models import ec2_backends
+
+    for regions in ec2_backends.values():
+        for backend in regions.values():
+            backend.__dict__.pop("_ccm_created", None)
+
+
 def _lb_backends(account_id: str, region: str) -> tuple[Any, Any]:
     from moto.elb.models import elb_backends
     from moto.elbv2.models import elbv2_backends
