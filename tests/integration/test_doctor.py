@@ -373,3 +373,21 @@ def test_the_emulator_answers_subject_access_reviews_like_a_cluster(tmp_path: Pa
         assert not check("arn:fn", ["other"], RbacRule("patch", "services", "status"))
     finally:
         emu.stop()
+
+
+def test_a_profile_dropped_by_parameter_overrides_is_caught(env: Env, tmp_path: Path) -> None:
+    """`sam deploy --config-env self-managed --parameter-overrides ...` replaced the profile's list: the stack was
+    deployed with KubeAuthMode=eks although the profile says kubeconfig-secret. The doctor names it and exits 1."""
+    samconfig = tmp_path / "samconfig.toml"
+    samconfig.write_text(
+        "version = 0.1\n[self-managed.deploy.parameters]\n"
+        'parameter_overrides = "KubeAuthMode=\\"kubeconfig-secret\\" EnableRoutes=\\"false\\""\n'
+        "[eks.deploy.parameters]\n"
+        'parameter_overrides = "KubeAuthMode=\\"eks\\" EnableRoutes=\\"false\\""\n'
+    )
+    findings = findings_of(env, "--samconfig", str(samconfig), "--config-env", "self-managed")
+    [profile] = by_check(findings, "samconfig.profile")
+    assert profile.status == "fail" and "KubeAuthMode: profile 'kubeconfig-secret', stack 'eks'" in profile.message
+    assert exit_code(findings) == 1
+    [profile] = by_check(findings_of(env, "--samconfig", str(samconfig), "--config-env", "eks"), "samconfig.profile")
+    assert profile.status == "ok"

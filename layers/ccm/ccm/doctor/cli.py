@@ -7,6 +7,7 @@ import datetime
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import boto3
 
@@ -14,8 +15,9 @@ from ccm.doctor import gather as g
 from ccm.doctor.access import LAMBDA_GROUPS, LAMBDA_RULES, WATCHER_RULES
 from ccm.doctor.checks import run_checks
 from ccm.doctor.facts import Facts, RoleFacts, RoleKind, WatcherFacts
-from ccm.doctor.findings import Finding, exit_code, to_json, to_table
+from ccm.doctor.findings import Finding, exit_code, fail, to_json, to_table, unknown
 from ccm.doctor.permissions import Arns
+from ccm.doctor.profile import check_profile, profile_parameters
 
 WATCHER_NAMESPACE, WATCHER_SERVICE_ACCOUNT = "serverless-ccm", "serverless-ccm-watcher"  # deploy/base
 WATCHER_DEPLOYMENT = "serverless-ccm-watcher"  # deploy/base/deployment.yaml, in the service account's namespace
@@ -43,6 +45,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=f"{WATCHER_NAMESPACE}/{WATCHER_SERVICE_ACCOUNT}",
         help="namespace/name of the watcher's ServiceAccount",
     )
+    p.add_argument(
+        "--config-env",
+        help="with --stack: the samconfig.toml profile it was deployed with; every parameter the profile sets must "
+        "be what the stack has (--parameter-overrides on the command line replaces a profile's list)",
+    )
+    p.add_argument("--samconfig", default="samconfig.toml", help="where the profiles are (with --config-env)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p.parse_args(argv)
 
@@ -156,7 +164,19 @@ def run(argv: Sequence[str] | None = None, checker: g.AccessChecker | None = Non
     session = boto3.session.Session(region_name=args.region)
     facts, arns = collect(args, session, checker)
     findings = run_checks(facts, arns)
+    if args.config_env:
+        findings += _profile_findings(args, facts)
     return findings, (to_json(findings) if args.json else to_table(findings))
+
+
+def _profile_findings(args: argparse.Namespace, facts: Facts) -> list[Finding]:
+    if facts.stack is None:
+        return [unknown("samconfig.profile", "no stack read (give --stack)")]
+    try:
+        wanted = profile_parameters(Path(args.samconfig), args.config_env)
+    except (OSError, KeyError, ValueError) as err:
+        return [fail("samconfig.profile", f"{args.samconfig} [{args.config_env}]: {err!r}", "check --samconfig")]
+    return check_profile(args.config_env, wanted, facts.stack.parameters)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
