@@ -141,7 +141,12 @@ def annotate(stack: Stack, name: str, annotations: dict[str, str | None]) -> dic
     return patch_service(stack, name, {"metadata": {"annotations": annotations}})
 
 
-def delete_service(stack: Stack, name: str, timeout: float = 30) -> None:
+# A delete takes at least one retry now: AWS holds a deleted load balancer's security group for a while (the
+# faithful devstack: 1 s in the suite), and the wait comes back after 15 s. Generous bounds, polled: no cost when fast.
+DELETE_TIMEOUT = 90
+
+
+def delete_service(stack: Stack, name: str, timeout: float = DELETE_TIMEOUT) -> None:
     stack.core().delete_namespaced_service(name, "default")
     stack.wait_for(lambda: read_service(stack, name) is None, timeout=timeout, what=f"{name} deleted")
 
@@ -354,7 +359,7 @@ def gone(stack: Stack, *svcs: dict[str, Any]) -> None:
     for svc in svcs:
         delete_service(stack, svc["metadata"]["name"])
     for svc in svcs:
-        stack.wait_for(lambda s=svc: not tagged_for_service(stack, s), timeout=30, what="nothing tagged")
+        stack.wait_for(lambda s=svc: not tagged_for_service(stack, s), timeout=DELETE_TIMEOUT, what="nothing tagged")
     assert not groups & set(node_rule_sources(stack))
 
 
