@@ -13,6 +13,7 @@ from ccm.messages import delta_for
 from ccm.service import predicates as p
 from devstack.stack import Stack
 from tests.e2e.helpers import (
+    DELETE_TIMEOUT,
     aws_state,
     cluster_resources,
     create_service,
@@ -112,7 +113,7 @@ def test_duplicates_and_a_crash_between_aws_calls_converge_without_leaks(stack: 
     assert dlq_depth(stack) == 0
 
     stack.core().delete_namespaced_service("crashy", "default")
-    stack.wait_for(lambda: read_service(stack, "crashy") is None, timeout=30, what="deleted")
+    stack.wait_for(lambda: read_service(stack, "crashy") is None, timeout=DELETE_TIMEOUT, what="deleted")
     stack.runner.drain(30)
     assert cluster_resources(stack) == {"loadbalancer": [], "targetgroup": []}
 
@@ -126,7 +127,7 @@ def test_kubernetes_errors_are_retried_through_the_queue(stack: Stack):
     stack.wait_for(lambda: hostname(stack, "flaky"), timeout=60, what="hostname after 500s")
     assert time.monotonic() - started >= 4  # at least the first 5 s backoff (visibility), no busy loop
     stack.core().delete_namespaced_service("flaky", "default")
-    stack.wait_for(lambda: read_service(stack, "flaky") is None, timeout=30, what="deleted")
+    stack.wait_for(lambda: read_service(stack, "flaky") is None, timeout=DELETE_TIMEOUT, what="deleted")
 
 
 def test_malformed_message_lands_in_the_dlq_without_blocking_others(stack: Stack):
@@ -144,4 +145,4 @@ def test_malformed_message_lands_in_the_dlq_without_blocking_others(stack: Stack
     assert message["Body"] == '{"v": 1, "kind": "Service"}'
     sqs.delete_message(QueueUrl=stack.queue_urls["ServicesDLQ"], ReceiptHandle=message["ReceiptHandle"])
     stack.core().delete_namespaced_service("neighbour", "default")
-    stack.wait_for(lambda: read_service(stack, "neighbour") is None, timeout=30, what="deleted")
+    stack.wait_for(lambda: read_service(stack, "neighbour") is None, timeout=DELETE_TIMEOUT, what="deleted")
