@@ -240,3 +240,31 @@ def test_requests_are_bounded_by_the_invocations_deadline() -> None:
         assert emu.request_log.snapshot() == []
     finally:
         emu.stop()
+
+
+def test_a_status_write_never_lands_on_a_service_re_created_under_the_same_name(
+    tls_emulator: Emulator, tmp_path: Path
+) -> None:
+    """Chaos found it: a reconcile of the old Service wrote its LB hostname onto the new ClusterIP one. The UID in
+    the patch is a precondition the API server checks (409 "Precondition failed: UID in precondition")."""
+    from ccm.k8s.kube import Kube
+
+    kube = Kube(from_kubeconfig(tls_emulator.write_kubeconfig(str(tmp_path / "kc"), token="s3cret")))
+    spec = {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}
+    old = tls_emulator.create(
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a", "namespace": "default"}, "spec": spec}
+    )
+    assert kube.patch_load_balancer_status(old, [{"hostname": "old.example"}])
+    tls_emulator.delete("services", "default", "a")
+    new = tls_emulator.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "a", "namespace": "default"},
+            "spec": {"ports": [{"port": 80, "protocol": "TCP"}]},
+        }
+    )
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert kube.patch_load_balancer_status(old, [{"hostname": "old.example"}]) is False
+    live = tls_emulator.get("services", "default", "a")
+    assert live is not None and not (live.get("status") or {}).get("loadBalancer", {}).get("ingress")

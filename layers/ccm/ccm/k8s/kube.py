@@ -72,13 +72,17 @@ class Kube:
         return updated
 
     def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> bool:
-        """Write status.loadBalancer.ingress (no precondition, as upstream). False if the Service is gone."""
+        """Write status.loadBalancer.ingress of THIS Service: the UID in the patch is a precondition (the API
+        server answers 409 when the name now holds another object), so a reconcile that outlived its Service never
+        writes its load balancer onto a Service re-created under the same name. False if the Service is gone."""
         meta = svc["metadata"]
-        body = {"status": {"loadBalancer": {"ingress": ingress or None}}}
+        body: dict[str, Any] = {"status": {"loadBalancer": {"ingress": ingress or None}}}
+        if meta.get("uid"):
+            body["metadata"] = {"uid": meta["uid"]}
         try:
             self.api.patch(service_path(meta["namespace"], meta["name"]) + "/status", body)
         except ApiError as err:
-            if err.status == 404:
+            if err.status == 404 or (err.status == 409 and "UID in precondition" in str(err)):
                 return False
             raise
         return True
