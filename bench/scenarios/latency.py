@@ -92,8 +92,13 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
             assert stack.world is not None
             # One shared load-balancer group: a managed group per LB would put one rule per LB on the node group,
             # and AWS (and moto) refuse more than 60 rules per group by default (see the notes).
+            # Tagged for the cluster: annotations may name only such groups (AnnotationSecurityGroups).
+            cluster_tag = {"Key": f"kubernetes.io/cluster/{stack.config.cluster_name}", "Value": "shared"}
             shared_group = stack.aws("ec2").create_security_group(
-                GroupName="bench-shared-lb", Description="bench: shared LB group", VpcId=stack.world.vpc_id
+                GroupName="bench-shared-lb",
+                Description="bench: shared LB group",
+                VpcId=stack.world.vpc_id,
+                TagSpecifications=[{"ResourceType": "security-group", "Tags": [cluster_tag]}],
             )["GroupId"]
             emulator.clear_log()
             first_invocation, first_line = len(runner.log), len(runner.logs(FUNCTION))
