@@ -303,11 +303,21 @@ def security_group(stack: Stack, group_id: str) -> dict[str, Any]:
     return group
 
 
-def managed_group(stack: Stack, svc: dict[str, Any]) -> dict[str, Any] | None:
-    found = stack.aws("ec2").describe_security_groups(
-        Filters=[{"Name": "group-name", "Values": [f"k8s-elb-{lb_name(svc)}"]}]
-    )["SecurityGroups"]
-    return found[0] if found else None
+def managed_group(stack: Stack, svc: dict[str, Any], visible_within: float = 5.0) -> dict[str, Any] | None:
+    """The Service's managed security group. EC2 reads are eventually consistent (the devstack hides a group for
+    `consistency_seconds` after its creation, as AWS may): a load balancer can be served before its just-created
+    group is readable, so the group is polled for a few seconds before it is declared missing."""
+
+    def found() -> list[dict[str, Any]]:
+        groups: list[dict[str, Any]] = stack.aws("ec2").describe_security_groups(
+            Filters=[{"Name": "group-name", "Values": [f"k8s-elb-{lb_name(svc)}"]}]
+        )["SecurityGroups"]
+        return groups
+
+    try:
+        return stack.wait_for(found, timeout=visible_within, what="the managed group")[0]
+    except TimeoutError:
+        return None
 
 
 def node_rules_from(stack: Stack, source_group: str) -> list[tuple[str, str]]:
@@ -349,6 +359,14 @@ def tagged_for_service(stack: Stack, svc: dict[str, Any], by_name: bool = True) 
     return sorted(set(found) | {g["GroupId"] for g in groups})
 
 
+def leak_report(stack: Stack, svc: dict[str, Any]) -> str:
+    """What a deleted Service left behind, with the functions' log lines that name it: a leak must be diagnosable
+    from the CI output alone."""
+    uid, name = svc["metadata"]["uid"], svc["metadata"]["name"]
+    lines = [line for line in (stack.runner.logs() if stack.runner else []) if uid in line or f"/{name}" in line]
+    return f"{name} ({uid}) left {tagged_for_service(stack, svc)}; its log lines:\n" + "\n".join(lines[-80:])
+
+
 def gone(stack: Stack, *svcs: dict[str, Any]) -> None:
     """Delete the Services: nothing tagged for them may remain (LBs, target groups, managed security groups), and
     no node rule may still reference one of their load balancers' groups."""
@@ -359,7 +377,10 @@ def gone(stack: Stack, *svcs: dict[str, Any]) -> None:
     for svc in svcs:
         delete_service(stack, svc["metadata"]["name"])
     for svc in svcs:
-        stack.wait_for(lambda s=svc: not tagged_for_service(stack, s), timeout=DELETE_TIMEOUT, what="nothing tagged")
+        try:
+            stack.wait_for(lambda s=svc: not tagged_for_service(stack, s), DELETE_TIMEOUT, what="nothing tagged")
+        except TimeoutError as err:
+            raise AssertionError(leak_report(stack, svc)) from err
     assert not groups & set(node_rule_sources(stack))
 
 
