@@ -20,6 +20,7 @@ from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import RetryError
+from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
@@ -109,6 +110,26 @@ def test_a_delete_waits_for_aws_to_release_the_group_then_completes(env: Env, fa
         env.delete_until_done(svc["metadata"]["uid"])  # the queue coming back until AWS lets go
         assert env.managed_groups() == []
         assert env.node_rule_sources() == []
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_a_delete_right_after_the_create_waits_for_the_group_to_be_readable(
+    env: Env, faithful_aws: FaithfulSettings, lb_type: str
+) -> None:
+    """EC2 reads are eventually consistent: a Service deleted moments after its load balancer was created finds no
+    managed group by name. Before: the delete concluded "no group", the finalizer went and the group leaked (seen
+    on CI: create and delete 0.4 s apart). Now the load balancer stays until its groups are readable."""
+    aws_faithful.settle()  # the node group existed long before
+    faithful_aws.eventual_consistency, faithful_aws.consistency_seconds = True, 1.5
+    svc = _svc(lb_type)
+    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    with pytest.raises(RetryError, match="not readable yet"):
+        env.lbs.delete_for_uid(svc["metadata"]["uid"])
+    assert env.clbs() + env.nlbs() != []  # kept: it is the one record of its group until reads show the group
+    env.delete_until_done(svc["metadata"]["uid"])
+    faithful_aws.eventual_consistency = False  # the test's own reads: everything visible
+    assert env.managed_groups() == []
+    assert env.node_rule_sources() == []
 
 
 @pytest.mark.parametrize(("before", "after"), [("nlb", "clb"), ("clb", "nlb")])

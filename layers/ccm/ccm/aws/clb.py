@@ -146,6 +146,9 @@ class ClassicLoadBalancers(PassFlags):
             if not _owned(tags, uid, cluster_name):
                 log.warning("clb %s: not tagged for this cluster, left in place", name)
                 return False
+            if self.security_groups is not None:
+                # Its groups must be readable before it goes (security_groups.before_lb_delete).
+                self.security_groups.before_lb_delete(self._describe_lb(name) or {})
             self.elb.delete_load_balancer(LoadBalancerName=name)
         return True
 

@@ -180,6 +180,8 @@ class NetworkLoadBalancers(PassFlags):
         if lb is not None:
             for tg in self._target_groups_of(lb["LoadBalancerArn"]):
                 groups.setdefault(tg["TargetGroupArn"], tg)
+            if self.security_groups is not None:
+                self.security_groups.before_lb_delete(lb)  # its groups must be readable first
             # Deleting the LB deletes its listeners with it.
             self.clients.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
         for arn in sorted(groups):

@@ -51,6 +51,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -68,6 +69,8 @@ __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "s
 log = logging.getLogger(__name__)
 
 DELETE_RETRY_SECONDS: Final = 15  # ENIs of a deleted LB hold its group for a minute or two
+HIDDEN_RETRY_SECONDS: Final = 5  # EC2 read-after-create lag: seconds
+READ_AFTER_CREATE_SECONDS: Final = 300.0  # well past any read-after-create lag AWS shows
 UNTAGGED_NODE_GROUP: Final = "NodeSecurityGroupNotTagged"  # Warning reason: the LB cannot reach the nodes
 NODE_GROUPS_TTL_SECONDS: Final = 1800.0
 _LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
@@ -129,6 +132,27 @@ class SecurityGroups:
             return _unique([group_id, *extra])
         self._rules.revoke(group_id, revoke)
         return _unique([group_id, *extra])
+
+    def before_lb_delete(self, lb: Mapping[str, Any]) -> None:
+        """Call before deleting a load balancer (either API's description). EC2 reads are eventually consistent: a
+        Service deleted moments after its load balancer was created may not find its just-created group by name,
+        and delete_lb_group would conclude "nothing to delete" and leak it. The load balancer is the one durable
+        record of its groups, so it stays until they are readable (RetryError). Only a load balancer younger than
+        READ_AFTER_CREATE_SECONDS costs the read: its groups were created before it."""
+        attached = [str(g) for g in lb.get("SecurityGroups") or []]
+        created = lb.get("CreatedTime")
+        if not attached or not isinstance(created, datetime):
+            return
+        if (datetime.now(created.tzinfo or UTC) - created).total_seconds() > READ_AFTER_CREATE_SECONDS:
+            return
+        filters = [self._vpc_filter, {"Name": "group-id", "Values": sorted(attached)}]
+        seen = {str(g["GroupId"]) for g in self.clients.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]}
+        if hidden := sorted(set(attached) - seen):
+            raise RetryError(
+                f"security group {', '.join(hidden)} of {lb.get('LoadBalancerName')} is not readable yet (EC2 reads "
+                "are eventually consistent); the load balancer is deleted once it is",
+                delay_seconds=HIDDEN_RETRY_SECONDS,
+            )
 
     def delete_lb_group(self, lb_name: str, service_uid: str) -> None:
         """Retire the node rules of the LB, then delete its managed group (none with bring-your-own groups).
