@@ -11,6 +11,7 @@ import pytest
 from ccm.service import predicates as p
 from devstack.stack import Stack
 from tests.e2e.helpers import (
+    DELETE_TIMEOUT,
     A,
     annotate,
     create_lb_service,
@@ -66,7 +67,9 @@ def test_create_update_delete_leaves_nothing_tagged(stack: Stack):
     assert tagged_for_service(stack, svc)  # LB, target group, managed group
 
     stack.core().delete_namespaced_service("rows", "default")
-    stack.wait_for(lambda: read_service(stack, "rows") is None, what="finalizer removed and Service gone")
+    stack.wait_for(
+        lambda: read_service(stack, "rows") is None, timeout=DELETE_TIMEOUT, what="finalizer removed and Service gone"
+    )
     quiet(stack)
     assert tagged_for_service(stack, svc) == []
     elbv2, ec2 = stack.aws("elbv2"), stack.aws("ec2")
@@ -90,7 +93,7 @@ def test_type_change_to_cluster_ip_while_the_watcher_was_down_still_cleans_up(st
         assert nlb(stack, svc) is not None  # nobody told us yet
     finally:
         stack.start_watcher()  # relist: ClusterIP with our finalizer -> needsCleanup
-    stack.wait_for(lambda: nlb(stack, svc) is None, what="LB deleted after catching up")
+    stack.wait_for(lambda: nlb(stack, svc) is None, timeout=DELETE_TIMEOUT, what="LB deleted after catching up")
     live = no_finalizer(stack, "flip")
     assert not ((live.get("status") or {}).get("loadBalancer") or {}).get("ingress")
     quiet(stack)
@@ -110,13 +113,13 @@ def test_uid_change_deletes_the_old_lb_before_creating_the_new_one(stack: Stack)
         core.delete_namespaced_service("reborn", "default")
         # The user forces the deletion (drops the finalizer) and re-creates the Service: a new UID.
         patch_service(stack, "reborn", {"metadata": {"finalizers": None}})
-        stack.wait_for(lambda: read_service(stack, "reborn") is None, what="old Service gone")
+        stack.wait_for(lambda: read_service(stack, "reborn") is None, timeout=DELETE_TIMEOUT, what="old Service gone")
         create_lb_service(stack, "reborn", [80])
     finally:
         stack.runner.resume()
     new = served(stack, "reborn")
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
-    stack.wait_for(lambda: nlb(stack, old) is None, what="old LB deleted")
+    stack.wait_for(lambda: nlb(stack, old) is None, timeout=DELETE_TIMEOUT, what="old LB deleted")
     quiet(stack)
     assert [(op, params.get("LoadBalancerArn") or params.get("Name")) for op, params in calls] == [
         ("DeleteLoadBalancer", old_arn),
@@ -125,7 +128,7 @@ def test_uid_change_deletes_the_old_lb_before_creating_the_new_one(stack: Stack)
     assert tagged_for_service(stack, old, by_name=False) == []  # the new one carries the same name tag
     assert nlb(stack, new)["DNSName"] == hostname(stack, "reborn")  # type: ignore[index]
     stack.core().delete_namespaced_service("reborn", "default")
-    stack.wait_for(lambda: read_service(stack, "reborn") is None, what="deleted")
+    stack.wait_for(lambda: read_service(stack, "reborn") is None, timeout=DELETE_TIMEOUT, what="deleted")
 
 
 def test_foreign_class_and_lbc_annotation_are_left_alone_our_class_is_handled(stack: Stack):
@@ -148,7 +151,7 @@ def test_foreign_class_and_lbc_annotation_are_left_alone_our_class_is_handled(st
         assert events_for(stack, name) == []
         stack.core().delete_namespaced_service(name, "default")
     stack.core().delete_namespaced_service("ours", "default")
-    stack.wait_for(lambda: read_service(stack, "ours") is None, what="ours deleted")
+    stack.wait_for(lambda: read_service(stack, "ours") is None, timeout=DELETE_TIMEOUT, what="ours deleted")
 
 
 # name -> (spec and annotations, exact Warning message)
@@ -186,7 +189,7 @@ def hard_rule_services(stack: Stack) -> Iterator[dict[str, Any]]:
     for name in HARD_RULES:
         stack.core().delete_namespaced_service(name, "default")
     for name in HARD_RULES:
-        stack.wait_for(lambda n=name: read_service(stack, n) is None, what=f"{name} deleted")
+        stack.wait_for(lambda n=name: read_service(stack, n) is None, timeout=DELETE_TIMEOUT, what=f"{name} deleted")
 
 
 @pytest.mark.parametrize("name", list(HARD_RULES))

@@ -57,7 +57,9 @@ def test_create_update_delete(stack: Stack):
     assert len(cluster_resources(stack)["targetgroup"]) == 2  # the 443 group is gone
 
     stack.core().delete_namespaced_service("web", "default")
-    stack.wait_for(lambda: read_service(stack, "web") is None, what="finalizer removed and Service gone")
+    stack.wait_for(
+        lambda: read_service(stack, "web") is None, timeout=DELETE_TIMEOUT, what="finalizer removed and Service gone"
+    )
     assert aws_state(stack, svc) is None
     stack.runner.drain(30)
     assert cluster_resources(stack) == {"loadbalancer": [], "targetgroup": []}
@@ -72,9 +74,10 @@ def test_type_change_to_cluster_ip_cleans_up(stack: Stack):
     stack.core().patch_namespaced_service(
         "flip", "default", {"spec": {"type": "ClusterIP"}}, _content_type="application/merge-patch+json"
     )
-    stack.wait_for(lambda: aws_state(stack, svc) is None, what="LB deleted")
+    stack.wait_for(lambda: aws_state(stack, svc) is None, timeout=DELETE_TIMEOUT, what="LB deleted")
     live = stack.wait_for(
         lambda: (s := read_service(stack, "flip")) and p.FINALIZER not in s["metadata"].get("finalizers", []) and s,
+        timeout=DELETE_TIMEOUT,
         what="finalizer removed",
     )
     assert not (live.get("status") or {}).get("loadBalancer", {}).get("ingress")

@@ -15,6 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from devstack.stack import Stack
 from tests.e2e.helpers import (
+    DELETE_TIMEOUT,
     A,
     create_lb_service,
     dlq_depth,
@@ -236,7 +237,7 @@ def test_eip_count_against_discovered_subnets_changes_nothing(stack: Stack):
         assert mutating(service_calls(stack) - calls) == {}
     finally:
         stack.core().delete_namespaced_service("eip-count", "default")
-        stack.wait_for(lambda: read_service(stack, "eip-count") is None, what="deleted")
+        stack.wait_for(lambda: read_service(stack, "eip-count") is None, timeout=DELETE_TIMEOUT, what="deleted")
 
 
 # case -> (annotations naming something AWS does not hold (yet), what the Warning names)
