@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,41 @@ def test_layer_is_built_for_python313_on_arm64(built: Path) -> None:
 def test_layer_size_is_far_below_the_lambda_limit(built: Path) -> None:
     size = sum(f.stat().st_size for f in (built / "SharedLayer").rglob("*") if f.is_file())
     assert size < LAYER_LIMIT_BYTES / 10, size  # 13 MB measured; a regression to the old 104 MB would fail here
+
+
+def test_the_layer_declares_exactly_the_runtime_and_architecture_it_is_built_for() -> None:
+    template = yaml_parse(TEMPLATE.read_text())
+    function_globals = template["Globals"]["Function"]
+    layer = template["Resources"]["SharedLayer"]["Properties"]
+    assert layer["CompatibleRuntimes"] == [function_globals["Runtime"]] == ["python3.13"]
+    assert layer["CompatibleArchitectures"] == function_globals["Architectures"] == ["arm64"]
+
+
+# What the Lambda Python runtime puts on sys.path besides the function and its layers: the AWS SDK.
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")
+
+
+def test_every_handler_imports_from_the_built_artifacts_alone(built: Path, tmp_path: Path) -> None:
+    """The built function folders and the layer hold everything a handler imports; the only other modules are the
+    SDK the runtime provides. Run here on this interpreter with site-packages off (-S): the cp313 extension is
+    skipped by 3.11 (PyYAML falls back to pure Python), everything else is the same bytes Lambda loads."""
+    sdk = tmp_path / "runtime"
+    sdk.mkdir()
+    for name in RUNTIME_PROVIDED:
+        module = __import__(name)
+        origin = Path(module.__file__ or "")
+        source = origin.parent if origin.name == "__init__.py" else origin
+        (sdk / source.name).symlink_to(source)
+    resources = yaml_parse(TEMPLATE.read_text())["Resources"]
+    functions = [k for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"]
+    for logical_id in functions:
+        module = resources[logical_id]["Properties"]["Handler"].split(".")[0]
+        path = os.pathsep.join([str(built / logical_id), str(built / "SharedLayer" / "python"), str(sdk)])
+        done = subprocess.run(
+            [sys.executable, "-S", "-c", f"import {module}; print({module}.lambda_handler.__name__)"],
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "AWS_DEFAULT_REGION": "us-east-1"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "lambda_handler", (logical_id, done.stderr[-2000:])
