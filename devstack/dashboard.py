@@ -1,7 +1,8 @@
 """The template's CloudWatch dashboard, rendered locally from the devstack's own metrics.
 
-The widget definitions are the template's own DashboardBody, evaluated for the devstack's parameters (so a widget
-added to the template shows up here). Datapoints come from where CloudWatch would get them:
+The widget definitions are the template's own DashboardBody (observability.yaml, the nested application), evaluated
+for the devstack's parameters as template.yaml passes them (so a widget added to the template shows up here).
+Datapoints come from where CloudWatch would get them:
 
 - `ServerlessCCM` metrics: the EMF documents the functions print (Powertools Metrics), as CloudWatch Logs
   extracts them;
@@ -58,9 +59,14 @@ class Widget:
 
 
 # -- the widgets ------------------------------------------------------------------------------------------------
-def widgets(facts: TemplateFacts, dashboard: str = "Dashboard") -> list[Widget]:
-    """The template's dashboard for these parameters; `${Function}` / `${Queue.QueueName}` become logical ids."""
-    body = json.loads(_PLACEHOLDER.sub(r"\1", facts.resource_property(dashboard, "DashboardBody")))
+def widgets(
+    facts: TemplateFacts, dashboard: str = "Dashboard", application: str | None = "Observability"
+) -> list[Widget]:
+    """The template's dashboard for these parameters; `${Function}` / `${Queue.QueueName}` become logical ids.
+    The dashboard is in the nested application `application` (observability.yaml), given the parent's names;
+    application=None: in `facts`' own template."""
+    source = facts if application is None else facts.nested(application)
+    body = json.loads(_PLACEHOLDER.sub(r"\1", source.resource_property(dashboard, "DashboardBody")))
     out = []
     for widget in body["widgets"]:
         props = widget["properties"]

@@ -1,4 +1,5 @@
-"""Read template.yaml into the facts the devstack and the event-source runner need.
+"""Read template.yaml (and its nested observability.yaml: TemplateFacts.nested) into the facts the devstack and
+the event-source runner need.
 
 The devstack stands in for CloudFormation + Lambda, so it must take its settings (queues, timeouts, batch sizes,
 concurrency, environment) from the template itself rather than a copy that drifts. This module is pure parsing:
@@ -111,6 +112,28 @@ class TemplateFacts:
         """A property of a resource with its intrinsics evaluated; names of resources not given render as
         `${Name}` / `${Name.Attr}` (e.g. the dashboard body's function and queue names)."""
         return _Resolver(self).value(self._doc["Resources"][logical_id]["Properties"][prop], strict=False)
+
+    def nested(self, logical_id: str) -> TemplateFacts:
+        """A nested application (AWS::Serverless::Application with a local Location, e.g. observability.yaml: the
+        alarms and the dashboard) read with the parameters this template passes it. What this template does not
+        resolve yet (resource names not given) arrives there as `${Name}` / `${Name.Attr}`, so a property of the
+        nested template renders the parent's names as resource_property does."""
+        res = self._doc["Resources"].get(logical_id) or {}
+        props = res.get("Properties") or {}
+        location = props.get("Location")
+        if res.get("Type") != "AWS::Serverless::Application" or not isinstance(location, str):
+            raise TemplateError(f"{logical_id}: not a nested application with a local Location")
+        resolver = _Resolver(self)
+        if "Condition" in res and not resolver.condition(res["Condition"]):
+            raise TemplateError(f"{logical_id}: its condition {res['Condition']} is false with these parameters")
+        given = resolver.value(props.get("Parameters") or {}, strict=False)
+        return load_template(
+            self.path.parent / location,
+            {k: str(v) for k, v in given.items()},
+            region=self.region,
+            account_id=self.account_id,
+            stack_name=f"{self.stack_name}-{logical_id}",
+        )
 
     def queue_creation_order(self) -> list[str]:
         """Queues ordered so every dead-letter queue comes before the queues that redrive into it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.scenarios.cost import Assumptions, Prices, custom_metrics, model
+from bench.scenarios.cost import REPO, Assumptions, Prices, custom_metrics, model, template_counts
 
 MEASURED = {
     "calls": {"create": 15, "noop": 6, "add_node": 3, "delete": 12},
@@ -46,3 +46,10 @@ def test_cost_follows_the_stated_churn_and_prices():
 def test_custom_metrics_are_counted_from_the_code():
     # every runtime emits at least its reconcile outcome metrics; each function adds its ColdStart metric
     assert custom_metrics() > 10
+
+
+def test_alarms_and_dashboards_are_counted_in_both_templates():
+    """The alarms and the dashboard are in observability.yaml (template.yaml's nested application)."""
+    nested = (REPO / "observability.yaml").read_text()
+    assert template_counts() == (nested.count("Type: AWS::CloudWatch::Alarm"), 1)
+    assert template_counts()[0] >= 15  # DLQ, queue age and function alarms, watcher silence, sweeper

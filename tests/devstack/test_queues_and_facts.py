@@ -65,6 +65,24 @@ def test_facts_of_the_real_template() -> None:
     assert order.index("NodesDLQ") < order.index("NodesQueue")
 
 
+def test_the_nested_observability_template_gets_the_parents_names() -> None:
+    """The alarms and the dashboard are in observability.yaml, nested in template.yaml: read with the parameters the
+    parent passes, the names the parent knows arrive resolved and the others as ${Name.Attr} placeholders."""
+    facts = load_template(TEMPLATE, {"ClusterName": "facts", "VpcId": "vpc-1", "EnableSweeper": "false"})
+    obs = facts.with_resources({"ServiceReconcilerFunction": "facts-svc"}).nested("Observability")
+    assert obs.path == ROOT / "observability.yaml" and obs.stack_name == "devstack-Observability"
+    assert obs.parameters["ClusterName"] == "facts" and obs.parameters["AlarmEmail"] == ""
+    assert obs.parameters["ServiceReconcilerFunctionName"] == "facts-svc"
+    assert obs.parameters["ServicesQueueName"] == "${ServicesQueue.QueueName}"
+    # Features that are off are passed as "": the nested template leaves their alarms and widgets out.
+    assert obs.parameters["SweeperFunctionName"] == "" and obs.parameters["RoutesQueueName"] == ""
+    assert obs.resource_property("Dashboard", "DashboardName") == "serverless-ccm-facts-overview"
+    body = obs.resource_property("Dashboard", "DashboardBody")
+    assert '"FunctionName","facts-svc"' in body and "SweeperOrphansFound" not in body
+    with pytest.raises(TemplateError):
+        facts.nested("ServicesQueue")
+
+
 def test_unsupported_intrinsics_are_reported(tmp_path: Path) -> None:
     path = tmp_path / "template.yaml"
     path.write_text(

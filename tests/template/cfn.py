@@ -1,5 +1,7 @@
 """Just enough of CloudFormation to read our template offline: translate the SAM transform, evaluate conditions and
-resolve the intrinsic functions the template uses, for one set of parameter values."""
+resolve the intrinsic functions the template uses, for one set of parameter values. A nested application with a
+local Location (observability.yaml: the alarms and the dashboard) is evaluated too, with the parameters the parent
+passes it, as CloudFormation would deploy it."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from samtranslator.yaml_helper import yaml_parse
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
+OBSERVABILITY = ROOT / "observability.yaml"  # template.yaml's nested application `Observability`
 PARAMS = {"ClusterName": "unit", "VpcId": "vpc-0123456789abcdef0"}
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
 # Parameter sets that switch every feature the template has a condition for.
@@ -42,6 +45,23 @@ class _NoManagedPolicies:
 
 
 @cache
+def nested_templates() -> dict[str, Path]:
+    """Logical id of each nested application of the template -> its local template (Location)."""
+    resources = yaml_parse(TEMPLATE.read_text())["Resources"]
+    return {
+        k: (ROOT / v["Properties"]["Location"]).resolve()
+        for k, v in resources.items()
+        if v["Type"] == "AWS::Serverless::Application"
+    }
+
+
+@cache
+def nested_raw(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml_parse(path.read_text())
+    return doc
+
+
+@cache
 def translated() -> dict[str, Any]:
     """The template after the SAM transform (as `sam deploy` would hand it to CloudFormation)."""
     tpl: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
@@ -50,6 +70,9 @@ def translated() -> dict[str, Any]:
         for key in ("CodeUri", "ContentUri"):
             if isinstance(props.get(key), str):
                 props[key] = f"s3://artifacts/{props[key].strip('/')}.zip"
+        if res["Type"] == "AWS::Serverless::Application" and isinstance(props.get("Location"), str):
+            # `sam package` uploads a local nested template; the stack then names it by URL.
+            props["Location"] = f"https://artifacts.s3.us-east-1.amazonaws.com/{Path(props['Location']).name}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
         out: dict[str, Any] = transform(tpl, dict(PARAMS), _NoManagedPolicies())  # type: ignore[arg-type]
@@ -60,12 +83,16 @@ class Stack:
     """The template as deployed with `params`: which resources exist and what an expression evaluates to.
 
     A Ref to a resource becomes "<LogicalId>" (its physical name is CloudFormation's choice); any reference to a
-    resource whose condition is false fails the test, as CloudFormation would fail the deployment."""
+    resource whose condition is false fails the test, as CloudFormation would fail the deployment.
 
-    def __init__(self, params: dict[str, str]) -> None:
-        self.tpl = copy.deepcopy(translated())
+    `nested` holds each nested stack that exists (logical id -> Stack of its template, with the parameters this
+    stack passes it: a Ref to a parent resource arrives there as "<LogicalId>")."""
+
+    def __init__(self, params: dict[str, str], tpl: dict[str, Any] | None = None) -> None:
+        self.tpl = copy.deepcopy(translated() if tpl is None else tpl)
         self.params: dict[str, Any] = {k: v.get("Default") for k, v in self.tpl["Parameters"].items()}
-        self.params.update(PARAMS)
+        if tpl is None:
+            self.params.update(PARAMS)
         self.params.update(params)
         for name, spec in self.tpl["Parameters"].items():
             if spec["Type"] == "CommaDelimitedList" and isinstance(self.params[name], str):
@@ -73,6 +100,18 @@ class Stack:
         self.resources = {
             k: v for k, v in self.tpl["Resources"].items() if "Condition" not in v or self.condition(v["Condition"])
         }
+        self.nested = {k: self._nested(k, v) for k, v in self.of_type("AWS::CloudFormation::Stack").items()}
+
+    def _nested(self, logical_id: str, res: dict[str, Any]) -> Stack:
+        child = nested_raw(nested_templates()[logical_id])
+        assert "Transform" not in child, f"{logical_id}: a nested template with a transform needs its own packaging"
+        given = {k: str(v) for k, v in self.value(res["Properties"].get("Parameters", {})).items()}
+        declared = child.get("Parameters", {})
+        # CloudFormation refuses a parameter the nested template does not declare, and one it needs but is not given.
+        assert set(given) <= set(declared), (logical_id, set(given) - set(declared))
+        missing = {k for k, spec in declared.items() if "Default" not in spec} - set(given)
+        assert not missing, (logical_id, missing)
+        return Stack(given, child)
 
     def condition(self, name: str) -> bool:
         return self._cond(self.tpl["Conditions"][name])
@@ -108,6 +147,12 @@ class Stack:
 
     def get_att(self, name: str, attribute: str) -> Any:
         assert name in self.resources, f"reference to {name}, which does not exist with {self.params}"
+        if attribute.startswith("Outputs.") and name in self.nested:  # a nested stack's output
+            child, output = self.nested[name], attribute.removeprefix("Outputs.")
+            spec = child.tpl.get("Outputs", {}).get(output)
+            assert spec is not None, f"{name} has no output {output}"
+            assert "Condition" not in spec or child.condition(spec["Condition"]), f"{name}.{attribute} does not exist"
+            return child.value(spec["Value"])
         if attribute == "QueueName":  # what AWS::SQS::Queue returns: the name we set
             return self.value(self.resources[name]["Properties"]["QueueName"])
         return f"<{name}.{attribute}>"

@@ -1,5 +1,6 @@
 """No dead widgets: every metric the dashboard plots or an alarm watches is one our code emits (name, namespace,
-dimensions) or an AWS metric of a resource that exists, for every combination of features."""
+dimensions) or an AWS metric of a resource that exists, for every combination of features. The dashboard and the
+alarms live in observability.yaml, evaluated with what template.yaml passes it (the nested stack `Observability`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from tests.template.cfn import ROOT, SCENARIOS, Stack
+
+NESTED = "Observability"  # template.yaml's nested application of observability.yaml
 
 CODE = ROOT / "layers" / "ccm" / "ccm"
 AWS_METRICS = {
@@ -85,8 +88,10 @@ def emitted(stack: Stack) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], 
 
 
 def dashboard_metrics(stack: Stack) -> list[tuple[str, list[Any]]]:
-    (dash,) = stack.of_type("AWS::CloudWatch::Dashboard").values()
-    body = json.loads(stack.value(dash["Properties"]["DashboardBody"]))
+    assert not stack.of_type("AWS::CloudWatch::Dashboard"), "the dashboard belongs in observability.yaml"
+    obs = stack.nested[NESTED]
+    (dash,) = obs.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.loads(obs.value(dash["Properties"]["DashboardBody"]))
     out = []
     for widget in body["widgets"]:
         assert widget["type"] == "metric"
@@ -153,23 +158,26 @@ def test_dashboard_has_what_operators_need() -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_every_alarm_watches_a_live_metric_and_notifies_when_asked(scenario: str) -> None:
     stack = Stack(SCENARIOS[scenario])
-    alarms = stack.of_type("AWS::CloudWatch::Alarm")
+    assert not stack.of_type("AWS::CloudWatch::Alarm"), "the alarms belong in observability.yaml"
+    obs = stack.nested[NESTED]
+    alarms = obs.of_type("AWS::CloudWatch::Alarm")
     topic = stack.params["AlarmEmail"] != ""
-    assert ("AlarmTopic" in stack.resources) is topic
+    assert ("AlarmTopic" in obs.resources) is topic
+    watched = set()
     for logical_id, alarm in alarms.items():
-        props = stack.value(alarm["Properties"])
+        props = obs.value(alarm["Properties"])
         dims = tuple(sorted((d["Name"], d["Value"]) for d in props["Dimensions"]))
         check_metric(stack, (props["Namespace"], props["MetricName"], dims), logical_id)
         assert props.get("AlarmActions") == (["<AlarmTopic>"] if topic else None), logical_id
-    watched = {(a["Properties"]["MetricName"], str(a["Properties"]["Dimensions"])) for a in alarms.values()}
-    for queue in stack.of_type("AWS::SQS::Queue"):
+        watched.add((props["MetricName"], dims))
+    for queue, spec in stack.of_type("AWS::SQS::Queue").items():
         metric = "ApproximateNumberOfMessagesVisible" if queue.endswith("DLQ") else "ApproximateAgeOfOldestMessage"
         if queue.startswith("Nodes") and "NodeReconcilerFunction" not in stack.resources:
             continue  # nobody consumes the nodes queue, so its age says nothing and nothing reaches its DLQ
-        assert any(m == metric and f"'{queue}'" in d for m, d in watched), (queue, metric)
+        assert (metric, (("QueueName", stack.value(spec["Properties"]["QueueName"])),)) in watched, (queue, metric)
     for fn in stack.of_type("AWS::Lambda::Function"):
         for metric in ("Errors", "Throttles"):
-            assert any(m == metric and f"'{fn}'" in d for m, d in watched), (fn, metric)
+            assert (metric, (("FunctionName", f"<{fn}>"),)) in watched, (fn, metric)
     silence = alarms["WatcherSilenceAlarm"]["Properties"]
     assert (silence["MetricName"], silence["TreatMissingData"], silence["ComparisonOperator"]) == (
         "WatcherHeartbeat",

@@ -76,6 +76,8 @@ def test_nodes_switch_off_removes_the_nodes_lambda_and_its_feeds() -> None:
 
 
 def test_alarm_topic_only_with_an_address() -> None:
-    assert "AlarmTopic" not in Stack({}).resources
-    topic = Stack(SCENARIOS["irsa-alarm-mail"]).resources["AlarmTopic"]["Properties"]
+    assert "AlarmTopic" not in Stack({}).nested["Observability"].resources
+    mailed = Stack(SCENARIOS["irsa-alarm-mail"]).nested["Observability"]  # the parent passes AlarmEmail through
+    topic = mailed.resources["AlarmTopic"]["Properties"]
     assert topic["Subscription"] == [{"Protocol": "email", "Endpoint": {"Ref": "AlarmEmail"}}]
+    assert mailed.value(topic["Subscription"])[0]["Endpoint"] == "ops@example.com"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from samtranslator.yaml_helper import yaml_parse
 
-from tests.template.cfn import ROOT, TEMPLATE
+from tests.template.cfn import OBSERVABILITY, ROOT, TEMPLATE
 
 SAM = ROOT / ".venv" / "sam" / "bin" / "sam"
 EM_AARCH64 = 183  # ELF e_machine of arm64
@@ -25,6 +25,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert SAM.exists(), "the SAM CLI is missing: run scripts/bootstrap.sh (it installs requirements-sam.txt)"
     work = tmp_path_factory.mktemp("sam")
     shutil.copy(TEMPLATE, work / "template.yaml")
+    shutil.copy(OBSERVABILITY, work / OBSERVABILITY.name)  # the nested application (alarms, dashboard)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("functions", "layers"):
         shutil.copytree(ROOT / folder, work / folder, ignore=ignore)
@@ -46,6 +47,16 @@ def test_every_function_and_the_layer_are_built(built: Path) -> None:
     layer = built / "SharedLayer" / "python"
     assert (layer / "ccm" / "service" / "reconciler.py").is_file()
     assert (layer / "aws_lambda_powertools").is_dir() and (layer / "fastjsonschema").is_dir()
+
+
+def test_the_nested_application_is_built_with_the_stack(built: Path) -> None:
+    """`sam build` copies the local nested template next to the built one and points Location at it; `sam deploy`
+    then uploads it (no extra step for the user)."""
+    parent = yaml_parse((built / "template.yaml").read_text())
+    app = parent["Resources"]["Observability"]["Properties"]
+    assert app["Location"] == "Observability/template.yaml"
+    child = yaml_parse((built / app["Location"]).read_text())
+    assert child["Resources"] == yaml_parse(OBSERVABILITY.read_text())["Resources"]
 
 
 def test_layer_is_built_for_python313_on_arm64(built: Path) -> None:

@@ -65,7 +65,12 @@ def test_profile_parameters_are_valid(profile: str) -> None:
     stack = Stack(params)
     for name, rule in raw["Rules"].items():
         assert rule_holds(stack, rule), f"{profile} breaks rule {name}"
-    assert CONFIG[profile]["deploy"]["parameters"]["capabilities"] == "CAPABILITY_IAM"
+    # IAM: the stack creates roles; AUTO_EXPAND: it nests an application (observability.yaml), which a stack may
+    # only do with that capability acknowledged.
+    assert CONFIG[profile]["deploy"]["parameters"]["capabilities"].split() == [
+        "CAPABILITY_IAM",
+        "CAPABILITY_AUTO_EXPAND",
+    ]
 
 
 def test_profiles_differ_where_it_matters() -> None:
