@@ -13,9 +13,12 @@ What AWS does, and what moto 5.2 did instead:
 - ModifyListener moves a listener to another target group; a target group's LoadBalancerArns (and
   DescribeTargetGroups(LoadBalancerArn=...)) are derived from the listeners that forward to it (ELBv2 API
   reference, TargetGroup.LoadBalancerArns). moto only ever appended the LBs of CreateListener.
-- RegisterTargets of an instance that does not exist answers `InvalidTarget` (ELBv2 API reference,
-  RegisterTargets errors); RegisterInstancesWithLoadBalancer of an instance that does not exist or is not running
-  answers `InvalidInstance` (ELB API reference). moto registered unknown instances (both) and any instance (CLB).
+- RegisterTargets of an instance that does not exist or is not running (stopped, terminated) answers
+  `InvalidTarget` (ELBv2 API reference, RegisterTargets: "If the target is an EC2 instance, it must be in the
+  running state when you register it"; errors: InvalidTarget); RegisterInstancesWithLoadBalancer of an instance
+  that does not exist or is not running answers `InvalidInstance` (ELB API reference). Either call registers
+  nothing when it refuses. moto registered unknown instances (both) and any instance (CLB); its RegisterTargets
+  refused a non-running instance only after registering the targets listed before it.
 - Classic ELB listeners keep the InstanceProtocol they were created with (ELB API reference, Listener). moto
   reported the listener's Protocol.
 - AuthorizeSecurityGroupIngress and RevokeSecurityGroupIngress apply all their permissions or none (moto kept
@@ -269,8 +272,16 @@ def _patch_elbv2() -> None:
     def register_targets(tg: Any, targets: list[dict[str, Any]]) -> None:
         if _settings.targets and tg.target_type == "instance":
             backend = ec2_backends[tg.arn.split(":")[4]][tg.arn.split(":")[3]]
-            if unknown := [t["Id"] for t in targets if backend.get_instance_by_id(t["Id"]) is None]:
-                raise InvalidTargetError(f"The following targets are not valid instances: {', '.join(unknown)}")
+            # All checked before any is registered: AWS refuses the whole call.
+            refused = [
+                t["Id"]
+                for t in targets
+                if (inst := backend.get_instance_by_id(t["Id"])) is None or inst.state != "running"
+            ]
+            if refused:
+                raise InvalidTargetError(
+                    f"The following targets are not in a running state and cannot be registered: {', '.join(refused)}"
+                )
         register(tg, targets)
 
     FakeTargetGroup.register = register_targets  # type: ignore[method-assign,assignment]

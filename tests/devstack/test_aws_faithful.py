@@ -134,7 +134,7 @@ def test_modify_listener_moves_the_target_group_association(world: World, faithf
     elbv2.delete_target_group(TargetGroupArn=old)  # no longer in use
 
 
-def test_unknown_and_terminated_instances_are_refused_as_targets(world: World, faithful: Any) -> None:
+def test_unknown_stopped_and_terminated_instances_are_refused_as_targets(world: World, faithful: Any) -> None:
     elbv2, elb = client("elbv2", world.endpoint_url, REGION), client("elb", world.endpoint_url, REGION)
     ec2 = client("ec2", world.endpoint_url, REGION)
     tg = elbv2.create_target_group(Name="refuses", Protocol="TCP", Port=30080, VpcId=world.vpc_id)["TargetGroups"][0]
@@ -143,15 +143,23 @@ def test_unknown_and_terminated_instances_are_refused_as_targets(world: World, f
     assert _code(err) == "InvalidTarget"
     doomed = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     ec2.terminate_instances(InstanceIds=[doomed])
+    stopped = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ec2.stop_instances(InstanceIds=[stopped])
+    good = world.instances[0].instance_id
+    for bad in (doomed, stopped):  # "it must be in the running state when you register it"
+        with pytest.raises(ClientError) as err:
+            elbv2.register_targets(TargetGroupArn=tg["TargetGroupArn"], Targets=[{"Id": good}, {"Id": bad}])
+        assert _code(err) == "InvalidTarget"
+        assert bad in err.value.response["Error"]["Message"]
+    assert elbv2.describe_target_health(TargetGroupArn=tg["TargetGroupArn"])["TargetHealthDescriptions"] == []
     listener = {"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}
     elb.create_load_balancer(
         LoadBalancerName="refuses", Listeners=[listener], Subnets=[world.public_subnets[world.azs[0]]]
     )
-    for bad in (doomed, "i-0123456789abcdef0"):
+    for bad in (doomed, stopped, "i-0123456789abcdef0"):
         with pytest.raises(ClientError) as err:
             elb.register_instances_with_load_balancer(LoadBalancerName="refuses", Instances=[{"InstanceId": bad}])
         assert _code(err) == "InvalidInstance"
-    good = world.instances[0].instance_id
     for _ in range(2):  # registering twice keeps one registration
         elb.register_instances_with_load_balancer(LoadBalancerName="refuses", Instances=[{"InstanceId": good}])
     described = elb.describe_load_balancers(LoadBalancerNames=["refuses"])["LoadBalancerDescriptions"][0]

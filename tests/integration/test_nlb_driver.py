@@ -221,3 +221,18 @@ def test_an_instance_aws_refuses_is_dropped_and_reported_not_fatal(world: World)
     world.clients.counter.reset_thread()
     world.nlb.update_load_balancer(CLUSTER, svc, nodes[1:3])  # a host update: refused nodes gone, nothing to do
     assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
+
+
+def test_a_terminated_instance_alone_is_refused_and_dropped(world: World):
+    # No unknown instance beside it: AWS refuses the terminated one by itself ("must be in the running state").
+    svc = service()
+    gone = world.instances[0]
+    world.clients.session.client("ec2").terminate_instances(InstanceIds=[gone])
+    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    state = lb_state(world, svc["metadata"]["uid"])
+    assert {p: ls["targets"] for p, ls in state["listeners"].items()} == {
+        80: sorted(world.instances[1:]),
+        443: sorted(world.instances[1:]),
+    }
+    (warning,) = status.warnings
+    assert warning.reason == "TargetsRefused" and gone in warning.message
