@@ -7,6 +7,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws.clients import CallCounter
 from ccm.contracts import ImplementedElsewhere, RetryError
+from ccm.retry import retry_for
 from tests.factories import node, service
 from tests.integration.conftest import CLUSTER, World
 
@@ -148,6 +149,31 @@ def test_crash_after_listener_delete_leaves_no_orphan_after_retry(world: World):
     world.nlb.thorough = True  # what a retry does
     world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
     assert len(all_target_groups(world)) == 1
+
+
+def test_a_target_group_still_in_use_is_waited_on_then_deleted(world: World):
+    # DeleteTargetGroup answers ResourceInUse while a listener still forwards to the group (ELBv2 API reference,
+    # DeleteTargetGroup errors); on AWS the listeners of a deleted load balancer go with it a little later. Here
+    # another load balancer's listener holds the group. A wait (RetryError), not a failure; the retry deletes it.
+    svc = service(ports=[(80, 30080)])
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    (tg,) = all_target_groups(world)
+    elbv2 = world.clients.session.client("elbv2")
+    in_vpc = [{"Name": "vpc-id", "Values": [world.vpc_id]}]
+    subnets = [s["SubnetId"] for s in world.clients.session.client("ec2").describe_subnets(Filters=in_vpc)["Subnets"]]
+    holder = elbv2.create_load_balancer(Name="holder", Type="network", Subnets=subnets)["LoadBalancers"][0]
+    forward = [{"Type": "forward", "TargetGroupArn": tg["TargetGroupArn"]}]
+    listener = elbv2.create_listener(
+        LoadBalancerArn=holder["LoadBalancerArn"], Port=80, Protocol="TCP", DefaultActions=forward
+    )["Listeners"][0]
+    with pytest.raises(RetryError) as err:
+        world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
+    retry = retry_for(err.value, attempt=1)
+    assert retry.is_wait and retry.waiting_on == f"target group {tg['TargetGroupArn']} still in use"
+    assert world.nlb.get_load_balancer(CLUSTER, svc) == (None, False)  # the load balancer itself is gone
+    elbv2.delete_listener(ListenerArn=listener["ListenerArn"])
+    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)  # the retry finds the group by its UID tag
+    assert all_target_groups(world) == []
 
 
 def test_foreign_service_is_implemented_elsewhere(world: World):
