@@ -10,7 +10,8 @@ Each test fails against plain moto 5.2. What AWS documents, per behaviour:
 - Quotas: Amazon VPC quotas (60 inbound rules per group, 5 groups per network interface), NLB quotas (50
   listeners per load balancer).
 - Throttling: "Request throttling for the ELB API" (Describe* 40 / 10 per s) and "Request throttling for the
-  Amazon EC2 API" (non-mutating 100 / 20 per s, per action).
+  Amazon EC2 API" (per action: non-mutating 100 / 20 per s, unfiltered DescribeInstances & co 50 / 10, mutating
+  50 / 5, CreateTags 100 / 10).
 - EC2 eventual consistency ("Eventual consistency in the Amazon EC2 API").
 """
 
@@ -218,6 +219,15 @@ def test_token_buckets_refill_at_the_documented_rates() -> None:
         assert sum(aws_faithful.take_token("r", "ec2", "DescribeSecurityGroups", now) for _ in range(150)) == 100
         assert aws_faithful.take_token("r", "ec2", "DescribeInstances", now)  # EC2 buckets are per action
         assert sum(aws_faithful.take_token("r", "ec2", "DescribeSecurityGroups", now + 0.5) for _ in range(20)) == 10
+        # Unfiltered and unpaginated DescribeInstances & co: their own smaller bucket, 50 / 10 per s.
+        assert (
+            sum(aws_faithful.take_token("r", "ec2", "DescribeInstances", now, unfiltered=True) for _ in range(60)) == 50
+        )
+        assert sum(aws_faithful.take_token("r", "ec2", "DescribeVpcs", now, unfiltered=True) for _ in range(120)) == 100
+        # Mutating 50 / 5 per action; CreateTags is uncategorized: 100 / 10.
+        assert sum(aws_faithful.take_token("r", "ec2", "CreateSecurityGroup", now) for _ in range(60)) == 50
+        assert sum(aws_faithful.take_token("r", "ec2", "CreateSecurityGroup", now + 1) for _ in range(10)) == 5
+        assert sum(aws_faithful.take_token("r", "ec2", "CreateTags", now) for _ in range(120)) == 100
     finally:
         aws_faithful.install(FaithfulSettings(sg_release_seconds=0))
 
@@ -238,6 +248,13 @@ def test_throttled_requests_answer_as_aws(world: World) -> None:
             ec2.describe_vpcs()
         assert _code(err) == "RequestLimitExceeded"
         assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        # An unfiltered DescribeSecurityGroups draws from the smaller bucket; a filtered one from the larger.
+        while aws_faithful.take_token(REGION, "ec2", "DescribeSecurityGroups", unfiltered=True):
+            pass
+        with pytest.raises(ClientError) as err:
+            ec2.describe_security_groups()
+        assert _code(err) == "RequestLimitExceeded"
+        ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])
         assert aws_faithful.throttled["ec2:DescribeVpcs"] >= 1
     finally:
         aws_faithful.install(FaithfulSettings(sg_release_seconds=0))
