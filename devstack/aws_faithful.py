@@ -25,8 +25,11 @@ What AWS does, and what moto 5.2 did instead:
   those before a refused one).
 - Quotas (Amazon VPC quotas: 60 inbound rules per security group, moto already enforces it; 5 security groups per
   network interface, so per load balancer: `InvalidConfigurationRequest`; NLB quotas: 50 listeners per load
-  balancer, `TooManyListeners`, and an NLB listener forwards to one target group, so target groups per NLB follow;
-  Classic ELB quotas: 100 listeners per load balancer).
+  balancer, `TooManyListeners`; Classic ELB quotas: 100 listeners per load balancer, answered
+  `InvalidConfigurationRequest`, the one error the ELB API documents for its listener calls). Target groups per
+  NLB need no check of their own: the NLB quotas page has no such quota, only "Listeners per Network Load
+  Balancer: 50" and "Target Groups per Action per Network Load Balancer: 1", and a target group counts for a load
+  balancer through the listeners forwarding to it (TargetGroup.LoadBalancerArns), so an NLB uses at most 50.
 - Request throttling (`rate_limits`, off by default): token buckets with AWS's documented figures, answering
   `Throttling` / `RequestLimitExceeded` (devstack.aws_throttling).
 - EC2 eventual consistency (`eventual_consistency`): a group or an inbound rule just created is not returned by
@@ -346,18 +349,27 @@ def _patch_elb() -> None:
     apply_groups = ELBBackend.apply_security_groups_to_load_balancer
     register = ELBBackend.register_instances
 
+    def too_many_listeners(count: int) -> None:
+        # The ELB API documents no TooManyListeners; its listener calls answer InvalidConfigurationRequest (409).
+        if _settings.quotas and count > MAX_CLB_LISTENERS:
+            raise ELBClientError(
+                "InvalidConfigurationRequest",
+                f"A load balancer can have at most {MAX_CLB_LISTENERS} listeners; {count} were asked for",
+            )
+
     def create_load_balancer(
         self: Any, name: str, zones: Any, ports: list[dict[str, Any]], *args: Any, **kw: Any
     ) -> Any:
         _check_group_count(kw.get("security_groups") or (args[2] if len(args) > 2 else None))
+        too_many_listeners(len(ports))
         balancer = create_lb(self, name, zones, ports, *args, **kw)
         remember_protocols(balancer, ports)
         return balancer
 
     def create_load_balancer_listeners(self: Any, name: str, ports: list[dict[str, Any]]) -> Any:
         balancer = self.load_balancers.get(name)
-        if _settings.quotas and balancer is not None and len(balancer.listeners) + len(ports) > MAX_CLB_LISTENERS:
-            raise ELBClientError("TooManyListeners", f"at most {MAX_CLB_LISTENERS} listeners per load balancer")
+        if balancer is not None:
+            too_many_listeners(len(balancer.listeners) + len(ports))
         balancer = create_listeners(self, name, ports)
         if balancer is not None:
             remember_protocols(balancer, ports)

@@ -8,7 +8,7 @@ Each test fails against plain moto 5.2. What AWS documents, per behaviour:
 - RegisterTargets: InvalidTarget; RegisterInstancesWithLoadBalancer: InvalidInstance (the API references' errors).
 - Listener.InstanceProtocol (ELB API reference): kept as created.
 - Quotas: Amazon VPC quotas (60 inbound rules per group, 5 groups per network interface), NLB quotas (50
-  listeners per load balancer).
+  listeners per load balancer), Classic ELB quotas (100 listeners per load balancer).
 - Throttling: "Request throttling for the ELB API" (Describe* 40 / 10 per s) and "Request throttling for the
   Amazon EC2 API" (per action: non-mutating 100 / 20 per s, unfiltered DescribeInstances & co 50 / 10, mutating
   50 / 5, CreateTags 100 / 10).
@@ -204,6 +204,43 @@ def test_quotas(world: World, faithful: Any) -> None:
     assert _code(err) == "RulesPerSecurityGroupLimitExceeded"
     # All or nothing: the first permission's 31 rules were not kept.
     assert ec2.describe_security_groups(GroupIds=[groups[0]])["SecurityGroups"][0]["IpPermissions"] == []
+
+
+def test_classic_quotas(world: World, faithful: Any) -> None:
+    """Classic ELB: 5 security groups (the VPC quota per network interface) and 100 listeners (ELB quotas)."""
+    elb = client("elb", world.endpoint_url, REGION)
+    groups = [_group(world, f"clb-quota-{i}") for i in range(6)]
+    subnet = world.public_subnets[world.azs[0]]
+
+    def listener(port: int) -> dict[str, Any]:
+        return {"Protocol": "TCP", "LoadBalancerPort": port, "InstanceProtocol": "TCP", "InstancePort": 30000 + port}
+
+    with pytest.raises(ClientError) as err:
+        elb.create_load_balancer(
+            LoadBalancerName="clb-six", Listeners=[listener(1)], Subnets=[subnet], SecurityGroups=groups
+        )
+    assert _code(err) == "InvalidConfigurationRequest"
+    elb.create_load_balancer(
+        LoadBalancerName="clb-quota", Listeners=[listener(1)], Subnets=[subnet], SecurityGroups=groups[:5]
+    )
+    with pytest.raises(ClientError) as err:
+        elb.apply_security_groups_to_load_balancer(LoadBalancerName="clb-quota", SecurityGroups=groups)
+    assert _code(err) == "InvalidConfigurationRequest"
+    elb.create_load_balancer_listeners(
+        LoadBalancerName="clb-quota", Listeners=[listener(port) for port in range(2, 101)]
+    )  # 100 in all
+    with pytest.raises(ClientError) as err:
+        elb.create_load_balancer_listeners(LoadBalancerName="clb-quota", Listeners=[listener(101)])
+    assert _code(err) == "InvalidConfigurationRequest"  # the ELB API documents no TooManyListeners
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 409
+    with pytest.raises(ClientError) as err:
+        elb.create_load_balancer(
+            LoadBalancerName="clb-101", Listeners=[listener(port) for port in range(1, 102)], Subnets=[subnet]
+        )
+    assert _code(err) == "InvalidConfigurationRequest"
+    described = elb.describe_load_balancers(LoadBalancerNames=["clb-quota"])["LoadBalancerDescriptions"][0]
+    assert len(described["ListenerDescriptions"]) == 100
+    assert sorted(described["SecurityGroups"]) == sorted(groups[:5])
 
 
 def test_token_buckets_refill_at_the_documented_rates() -> None:
