@@ -13,17 +13,23 @@ What AWS does, and what moto 5.2 did instead:
 - ModifyListener moves a listener to another target group; a target group's LoadBalancerArns (and
   DescribeTargetGroups(LoadBalancerArn=...)) are derived from the listeners that forward to it (ELBv2 API
   reference, TargetGroup.LoadBalancerArns). moto only ever appended the LBs of CreateListener.
-- RegisterTargets of an instance that does not exist answers `InvalidTarget` (ELBv2 API reference,
-  RegisterTargets errors); RegisterInstancesWithLoadBalancer of an instance that does not exist or is not running
-  answers `InvalidInstance` (ELB API reference). moto registered unknown instances (both) and any instance (CLB).
+- RegisterTargets of an instance that does not exist or is not running (stopped, terminated) answers
+  `InvalidTarget` (ELBv2 API reference, RegisterTargets: "If the target is an EC2 instance, it must be in the
+  running state when you register it"; errors: InvalidTarget); RegisterInstancesWithLoadBalancer of an instance
+  that does not exist or is not running answers `InvalidInstance` (ELB API reference). Either call registers
+  nothing when it refuses. moto registered unknown instances (both) and any instance (CLB); its RegisterTargets
+  refused a non-running instance only after registering the targets listed before it.
 - Classic ELB listeners keep the InstanceProtocol they were created with (ELB API reference, Listener). moto
   reported the listener's Protocol.
 - AuthorizeSecurityGroupIngress and RevokeSecurityGroupIngress apply all their permissions or none (moto kept
   those before a refused one).
 - Quotas (Amazon VPC quotas: 60 inbound rules per security group, moto already enforces it; 5 security groups per
   network interface, so per load balancer: `InvalidConfigurationRequest`; NLB quotas: 50 listeners per load
-  balancer, `TooManyListeners`, and an NLB listener forwards to one target group, so target groups per NLB follow;
-  Classic ELB quotas: 100 listeners per load balancer).
+  balancer, `TooManyListeners`; Classic ELB quotas: 100 listeners per load balancer, answered
+  `InvalidConfigurationRequest`, the one error the ELB API documents for its listener calls). Target groups per
+  NLB need no check of their own: the NLB quotas page has no such quota, only "Listeners per Network Load
+  Balancer: 50" and "Target Groups per Action per Network Load Balancer: 1", and a target group counts for a load
+  balancer through the listeners forwarding to it (TargetGroup.LoadBalancerArns), so an NLB uses at most 50.
 - Request throttling (`rate_limits`, off by default): token buckets with AWS's documented figures, answering
   `Throttling` / `RequestLimitExceeded` (devstack.aws_throttling).
 - EC2 eventual consistency (`eventual_consistency`): a group or an inbound rule just created is not returned by
@@ -269,8 +275,16 @@ def _patch_elbv2() -> None:
     def register_targets(tg: Any, targets: list[dict[str, Any]]) -> None:
         if _settings.targets and tg.target_type == "instance":
             backend = ec2_backends[tg.arn.split(":")[4]][tg.arn.split(":")[3]]
-            if unknown := [t["Id"] for t in targets if backend.get_instance_by_id(t["Id"]) is None]:
-                raise InvalidTargetError(f"The following targets are not valid instances: {', '.join(unknown)}")
+            # All checked before any is registered: AWS refuses the whole call.
+            refused = [
+                t["Id"]
+                for t in targets
+                if (inst := backend.get_instance_by_id(t["Id"])) is None or inst.state != "running"
+            ]
+            if refused:
+                raise InvalidTargetError(
+                    f"The following targets are not in a running state and cannot be registered: {', '.join(refused)}"
+                )
         register(tg, targets)
 
     FakeTargetGroup.register = register_targets  # type: ignore[method-assign,assignment]
@@ -335,18 +349,27 @@ def _patch_elb() -> None:
     apply_groups = ELBBackend.apply_security_groups_to_load_balancer
     register = ELBBackend.register_instances
 
+    def too_many_listeners(count: int) -> None:
+        # The ELB API documents no TooManyListeners; its listener calls answer InvalidConfigurationRequest (409).
+        if _settings.quotas and count > MAX_CLB_LISTENERS:
+            raise ELBClientError(
+                "InvalidConfigurationRequest",
+                f"A load balancer can have at most {MAX_CLB_LISTENERS} listeners; {count} were asked for",
+            )
+
     def create_load_balancer(
         self: Any, name: str, zones: Any, ports: list[dict[str, Any]], *args: Any, **kw: Any
     ) -> Any:
         _check_group_count(kw.get("security_groups") or (args[2] if len(args) > 2 else None))
+        too_many_listeners(len(ports))
         balancer = create_lb(self, name, zones, ports, *args, **kw)
         remember_protocols(balancer, ports)
         return balancer
 
     def create_load_balancer_listeners(self: Any, name: str, ports: list[dict[str, Any]]) -> Any:
         balancer = self.load_balancers.get(name)
-        if _settings.quotas and balancer is not None and len(balancer.listeners) + len(ports) > MAX_CLB_LISTENERS:
-            raise ELBClientError("TooManyListeners", f"at most {MAX_CLB_LISTENERS} listeners per load balancer")
+        if balancer is not None:
+            too_many_listeners(len(balancer.listeners) + len(ports))
         balancer = create_listeners(self, name, ports)
         if balancer is not None:
             remember_protocols(balancer, ports)

@@ -3,9 +3,13 @@ AWS documents (see devstack.aws_faithful, which switches it with `FaithfulSettin
 
 - ELB user guide, "Request throttling for the ELB API": Describe* 40 burst / 10 per s, RegisterTargets and
   DeregisterTargets 20 / 4; ELB API version 1 (Classic) and 2 have their own buckets.
-- EC2 developer guide, "Request throttling for the Amazon EC2 API": a bucket per action; non-mutating 100 / 20.
-- We found no published figures for the rest and assume 20 / 5 for other ELB actions (like the targets bucket)
-  and 50 / 5 per mutating EC2 action.
+- EC2 developer guide, "Request throttling for the Amazon EC2 API" (docs.aws.amazon.com/ec2/latest/devguide/
+  ec2-api-throttling.html, "Request token bucket sizes and refill rates"): a bucket per action, sized by its
+  category: non-mutating 100 / 20; unfiltered and unpaginated non-mutating (DescribeInstances,
+  DescribeSecurityGroups, DescribeNetworkInterfaces, ... without a filter or pagination) 50 / 10; mutating 50 / 5;
+  resource-intensive (AuthorizeSecurityGroupIngress, RevokeSecurityGroupIngress, ...) 50 / 5; uncategorized actions
+  their own (CreateTags and DeleteTags 100 / 10, TerminateInstances 100 / 5, RunInstances 5 / 2, ...).
+- We found no published figures for the other ELB actions and assume 20 / 5 (like the targets bucket).
 
 A throttled request is answered as AWS does, `Throttling` (ELB, 400) or `RequestLimitExceeded` (EC2, 503), with the
 bodies of devstack.aws_faults.
@@ -23,7 +27,17 @@ from devstack.aws_faults import READ_PREFIXES, error_response
 
 # (bucket size, refill per second)
 ELB_BUCKETS: dict[str, tuple[float, float]] = {"describe": (40, 10), "targets": (20, 4), "other": (20, 5)}
-EC2_BUCKETS: dict[str, tuple[float, float]] = {"read": (100, 20), "mutate": (50, 5)}
+EC2_BUCKETS: dict[str, tuple[float, float]] = {"read": (100, 20), "unfiltered": (50, 10), "mutate": (50, 5)}
+# Describe calls answered from the smaller bucket when sent without a filter or pagination.
+EC2_UNFILTERED = frozenset({
+    "DescribeInstances", "DescribeInstanceStatus", "DescribeNetworkInterfaces", "DescribeSecurityGroups",
+    "DescribeSnapshots", "DescribeSpotInstanceRequests", "DescribeVolumes",
+})  # fmt: skip
+# Uncategorized actions with buckets of their own (those the devstack's users call).
+EC2_OWN_BUCKETS: dict[str, tuple[float, float]] = {
+    "CreateTags": (100, 10), "DeleteTags": (100, 10), "TerminateInstances": (100, 5), "RunInstances": (5, 2),
+    "StartInstances": (5, 2), "ModifyNetworkInterfaceAttribute": (100, 5),
+}  # fmt: skip
 
 _lock = threading.Lock()
 _buckets: dict[tuple[str, str, str], list[float]] = {}  # (region, api, class) -> [tokens, last refill]
@@ -39,8 +53,9 @@ def reset(refill_scale: float = 1.0) -> None:
         _refill_scale[0] = refill_scale
 
 
-def action_class(api: str, action: str) -> str | None:
-    """The bucket an action draws from (None: not throttled here)."""
+def action_class(api: str, action: str, unfiltered: bool = False) -> str | None:
+    """The bucket an action draws from (None: not throttled here). `unfiltered`: an EC2 request without a filter
+    or pagination."""
     if api in ("elbv2", "elb"):
         if action.startswith("Describe"):
             return "describe"
@@ -48,17 +63,25 @@ def action_class(api: str, action: str) -> str | None:
             return "targets"
         return "other"
     if api == "ec2":
-        # Per action: each action has its own bucket of its class's size.
-        return f"read:{action}" if action.startswith(READ_PREFIXES) else f"mutate:{action}"
+        # Per action: each action has its own bucket of its category's size.
+        if action in EC2_OWN_BUCKETS:
+            return f"own:{action}"
+        if not action.startswith(READ_PREFIXES):
+            return f"mutate:{action}"
+        return f"unfiltered:{action}" if unfiltered and action in EC2_UNFILTERED else f"read:{action}"
     return None
 
 
-def take_token(region: str, api: str, action: str, now: float | None = None) -> bool:
+def take_token(region: str, api: str, action: str, now: float | None = None, unfiltered: bool = False) -> bool:
     """False when the request is to be throttled."""
-    klass = action_class(api, action)
+    klass = action_class(api, action, unfiltered)
     if klass is None:
         return True
-    size, rate = (ELB_BUCKETS if api != "ec2" else EC2_BUCKETS)[klass.split(":")[0]]
+    category = klass.split(":")[0]
+    if category == "own":
+        size, rate = EC2_OWN_BUCKETS[action]
+    else:
+        size, rate = (ELB_BUCKETS if api != "ec2" else EC2_BUCKETS)[category]
     now = time.monotonic() if now is None else now
     with _lock:
         bucket = _buckets.setdefault((region, api, klass), [size, now])
@@ -81,10 +104,16 @@ def patch_moto(enabled: Callable[[], bool]) -> None:
         api = getattr(self, "service_name", None) or ""
         if enabled() and api in ("ec2", "elb", "elbv2"):
             action = self._get_action()
-            if not take_token(getattr(self, "region", "") or "", api, action):
+            if not take_token(getattr(self, "region", "") or "", api, action, unfiltered=_unfiltered(self)):
                 signing = "ec2" if api == "ec2" else "elasticloadbalancing"
                 status, content_type, body = error_response(signing, "throttle", str(uuid.uuid4()))
                 return status, {"Content-Type": content_type}, body.decode()
         return call_action(self)
 
     BaseResponse.call_action = throttled_call_action  # type: ignore[method-assign]
+
+
+def _unfiltered(response: Any) -> bool:
+    """An EC2 request with neither a filter nor pagination (MaxResults / NextToken) in its query parameters."""
+    params = getattr(response, "querystring", None) or {}
+    return not any(k.startswith("Filter.") or k in ("MaxResults", "NextToken") for k in params)

@@ -149,6 +149,7 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
         "reconcile_ms": _summary(durations) if durations else None,
         "reconcile_ms_mean": round(sum(durations) / len(durations), 1) if durations else None,
         "aws_calls_per_reconcile_mean": round(sum(calls) / len(calls), 2) if calls else None,
+        "rate_limits": config.aws.rate_limits,  # AWS's API rate limits on in the devstack's moto
         "throttled_requests": throttled,  # answered Throttling / RequestLimitExceeded, per api:Action
         "log_bytes_per_record": round(capture.bytes / max(1, records)),
         "emf_metrics": sorted(f"{ns}/{name}[{','.join(dims)}]" for ns, name, dims in capture.metric_keys),

@@ -55,6 +55,10 @@ def test_latency_and_cost_at_small_scale_write_figures_and_plots(aws_calls_resul
     assert lat["reconcile_ms"]["max"] >= lat["aws_calls_per_reconcile_mean"] * 50
     assert lat["anchor_model_s"] == 10 * 19 * 50 / 1000
     assert lat["converge_s"] * 1000 >= lat["max"] * 0.9
+    # measured with AWS's API rate limits on, and what they refused is reported (per api:Action, maybe none)
+    assert lat["rate_limits"] is True
+    throttled = lat["throttled_requests"]
+    assert isinstance(throttled, dict) and all(":" in k and isinstance(n, int) and n > 0 for k, n in throttled.items())
 
     cost = results["cost"]
     assert cost["usd_per_month"] == round(sum(cost["breakdown_usd_per_month"].values()), 2) > 0

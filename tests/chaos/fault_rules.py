@@ -21,12 +21,13 @@ from devstack.stack import Stack
 from tests.chaos import world as w
 from tests.chaos.ledger import Ledger, crash_remaining
 
-# Faults that fail a record each cost one receive of a message at most; maxReceiveCount is 5 and a host update's
-# coalescing deferral takes one more, so a schedule may fail one message at most 3 times without dead-lettering
-# it (docs/chaos.md). Transient AWS errors retried inside botocore (bursts < max_attempts) are not charged.
+# Faults that fail a record each cost one receive of a message at most; maxReceiveCount is 10 (ccm.retry
+# MAX_RECEIVES), shared with a host update's coalescing deferral and the waits on AWS (a held security group), so a
+# schedule fails one message at most 3 times: the faults alone never dead-letter it (docs/chaos.md). Transient AWS
+# errors retried inside botocore (standard mode, bursts < MAX_ATTEMPTS = 4) are not charged.
 FAILURE_BUDGET = 3
-# Throttling/5xx answers per schedule: botocore retries them with backoff (up to 20 s a try); more would only
-# slow the test down, as long bursts end as record failures that the budget above already covers.
+# Throttling/5xx bursts per schedule: botocore retries them with backoff (at most 4 s before its last attempt);
+# more would only slow the test down, as long bursts end as record failures that the budget above already covers.
 AWS_ERROR_CAP = 3
 # SigV4 names the proxy classifies by: the load balancer APIs, EC2, tagging, and the Lambdas' own SQS (HOSTS
 # messages, visibility changes) and DynamoDB (the membership table).

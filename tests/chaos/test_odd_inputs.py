@@ -63,9 +63,11 @@ def wait_hostname(stack: Stack, ns: str, name: str, timeout: float = 60) -> str:
     return hostname
 
 
-def events_of(stack: Stack, ns: str, name: str) -> list[tuple[str, str, str]]:
+def events_of(stack: Stack, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Events about this object, matched by UID: Events outlive their object (a predecessor of the same name)."""
+    ns, uid = obj["metadata"]["namespace"], obj["metadata"]["uid"]
     items = json.loads(stack.core().list_namespaced_event(ns, _preload_content=False).data)["items"]
-    return [(e["type"], e["reason"], e["message"]) for e in items if e["involvedObject"]["name"] == name]
+    return [(e["type"], e["reason"], e["message"]) for e in items if e["involvedObject"].get("uid") == uid]
 
 
 def test_bodies_that_are_not_deltas_are_dead_lettered_without_blocking_their_batch(stack: Stack, ns: str) -> None:
@@ -122,7 +124,7 @@ def test_a_hundred_ports_get_a_clear_warning_not_a_crash(stack: Stack, ns: str) 
     ports = [(10000 + i, "TCP") for i in range(100)]
     svc = w.create_service(stack, w.service_body(ns, "wide", True, ports, {}))
     warnings = stack.wait_for(
-        lambda: [e for e in events_of(stack, ns, "wide") if e[0] == "Warning"], timeout=60, what="a Warning event"
+        lambda: [e for e in events_of(stack, svc) if e[0] == "Warning"], timeout=60, what="a Warning event"
     )
     assert [reason for _, reason, _ in warnings] == ["SyncLoadBalancerFailed"]  # upstream's reason
     assert "100 ports exceed the 50-listener limit of an NLB" in warnings[0][2], warnings

@@ -8,9 +8,10 @@ Each test fails against plain moto 5.2. What AWS documents, per behaviour:
 - RegisterTargets: InvalidTarget; RegisterInstancesWithLoadBalancer: InvalidInstance (the API references' errors).
 - Listener.InstanceProtocol (ELB API reference): kept as created.
 - Quotas: Amazon VPC quotas (60 inbound rules per group, 5 groups per network interface), NLB quotas (50
-  listeners per load balancer).
+  listeners per load balancer), Classic ELB quotas (100 listeners per load balancer).
 - Throttling: "Request throttling for the ELB API" (Describe* 40 / 10 per s) and "Request throttling for the
-  Amazon EC2 API" (non-mutating 100 / 20 per s, per action).
+  Amazon EC2 API" (per action: non-mutating 100 / 20 per s, unfiltered DescribeInstances & co 50 / 10, mutating
+  50 / 5, CreateTags 100 / 10).
 - EC2 eventual consistency ("Eventual consistency in the Amazon EC2 API").
 """
 
@@ -134,7 +135,7 @@ def test_modify_listener_moves_the_target_group_association(world: World, faithf
     elbv2.delete_target_group(TargetGroupArn=old)  # no longer in use
 
 
-def test_unknown_and_terminated_instances_are_refused_as_targets(world: World, faithful: Any) -> None:
+def test_unknown_stopped_and_terminated_instances_are_refused_as_targets(world: World, faithful: Any) -> None:
     elbv2, elb = client("elbv2", world.endpoint_url, REGION), client("elb", world.endpoint_url, REGION)
     ec2 = client("ec2", world.endpoint_url, REGION)
     tg = elbv2.create_target_group(Name="refuses", Protocol="TCP", Port=30080, VpcId=world.vpc_id)["TargetGroups"][0]
@@ -143,15 +144,23 @@ def test_unknown_and_terminated_instances_are_refused_as_targets(world: World, f
     assert _code(err) == "InvalidTarget"
     doomed = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     ec2.terminate_instances(InstanceIds=[doomed])
+    stopped = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ec2.stop_instances(InstanceIds=[stopped])
+    good = world.instances[0].instance_id
+    for bad in (doomed, stopped):  # "it must be in the running state when you register it"
+        with pytest.raises(ClientError) as err:
+            elbv2.register_targets(TargetGroupArn=tg["TargetGroupArn"], Targets=[{"Id": good}, {"Id": bad}])
+        assert _code(err) == "InvalidTarget"
+        assert bad in err.value.response["Error"]["Message"]
+    assert elbv2.describe_target_health(TargetGroupArn=tg["TargetGroupArn"])["TargetHealthDescriptions"] == []
     listener = {"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}
     elb.create_load_balancer(
         LoadBalancerName="refuses", Listeners=[listener], Subnets=[world.public_subnets[world.azs[0]]]
     )
-    for bad in (doomed, "i-0123456789abcdef0"):
+    for bad in (doomed, stopped, "i-0123456789abcdef0"):
         with pytest.raises(ClientError) as err:
             elb.register_instances_with_load_balancer(LoadBalancerName="refuses", Instances=[{"InstanceId": bad}])
         assert _code(err) == "InvalidInstance"
-    good = world.instances[0].instance_id
     for _ in range(2):  # registering twice keeps one registration
         elb.register_instances_with_load_balancer(LoadBalancerName="refuses", Instances=[{"InstanceId": good}])
     described = elb.describe_load_balancers(LoadBalancerNames=["refuses"])["LoadBalancerDescriptions"][0]
@@ -197,6 +206,43 @@ def test_quotas(world: World, faithful: Any) -> None:
     assert ec2.describe_security_groups(GroupIds=[groups[0]])["SecurityGroups"][0]["IpPermissions"] == []
 
 
+def test_classic_quotas(world: World, faithful: Any) -> None:
+    """Classic ELB: 5 security groups (the VPC quota per network interface) and 100 listeners (ELB quotas)."""
+    elb = client("elb", world.endpoint_url, REGION)
+    groups = [_group(world, f"clb-quota-{i}") for i in range(6)]
+    subnet = world.public_subnets[world.azs[0]]
+
+    def listener(port: int) -> dict[str, Any]:
+        return {"Protocol": "TCP", "LoadBalancerPort": port, "InstanceProtocol": "TCP", "InstancePort": 30000 + port}
+
+    with pytest.raises(ClientError) as err:
+        elb.create_load_balancer(
+            LoadBalancerName="clb-six", Listeners=[listener(1)], Subnets=[subnet], SecurityGroups=groups
+        )
+    assert _code(err) == "InvalidConfigurationRequest"
+    elb.create_load_balancer(
+        LoadBalancerName="clb-quota", Listeners=[listener(1)], Subnets=[subnet], SecurityGroups=groups[:5]
+    )
+    with pytest.raises(ClientError) as err:
+        elb.apply_security_groups_to_load_balancer(LoadBalancerName="clb-quota", SecurityGroups=groups)
+    assert _code(err) == "InvalidConfigurationRequest"
+    elb.create_load_balancer_listeners(
+        LoadBalancerName="clb-quota", Listeners=[listener(port) for port in range(2, 101)]
+    )  # 100 in all
+    with pytest.raises(ClientError) as err:
+        elb.create_load_balancer_listeners(LoadBalancerName="clb-quota", Listeners=[listener(101)])
+    assert _code(err) == "InvalidConfigurationRequest"  # the ELB API documents no TooManyListeners
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 409
+    with pytest.raises(ClientError) as err:
+        elb.create_load_balancer(
+            LoadBalancerName="clb-101", Listeners=[listener(port) for port in range(1, 102)], Subnets=[subnet]
+        )
+    assert _code(err) == "InvalidConfigurationRequest"
+    described = elb.describe_load_balancers(LoadBalancerNames=["clb-quota"])["LoadBalancerDescriptions"][0]
+    assert len(described["ListenerDescriptions"]) == 100
+    assert sorted(described["SecurityGroups"]) == sorted(groups[:5])
+
+
 def test_token_buckets_refill_at_the_documented_rates() -> None:
     aws_faithful.install(FaithfulSettings(rate_limits=True))
     try:
@@ -210,6 +256,15 @@ def test_token_buckets_refill_at_the_documented_rates() -> None:
         assert sum(aws_faithful.take_token("r", "ec2", "DescribeSecurityGroups", now) for _ in range(150)) == 100
         assert aws_faithful.take_token("r", "ec2", "DescribeInstances", now)  # EC2 buckets are per action
         assert sum(aws_faithful.take_token("r", "ec2", "DescribeSecurityGroups", now + 0.5) for _ in range(20)) == 10
+        # Unfiltered and unpaginated DescribeInstances & co: their own smaller bucket, 50 / 10 per s.
+        assert (
+            sum(aws_faithful.take_token("r", "ec2", "DescribeInstances", now, unfiltered=True) for _ in range(60)) == 50
+        )
+        assert sum(aws_faithful.take_token("r", "ec2", "DescribeVpcs", now, unfiltered=True) for _ in range(120)) == 100
+        # Mutating 50 / 5 per action; CreateTags is uncategorized: 100 / 10.
+        assert sum(aws_faithful.take_token("r", "ec2", "CreateSecurityGroup", now) for _ in range(60)) == 50
+        assert sum(aws_faithful.take_token("r", "ec2", "CreateSecurityGroup", now + 1) for _ in range(10)) == 5
+        assert sum(aws_faithful.take_token("r", "ec2", "CreateTags", now) for _ in range(120)) == 100
     finally:
         aws_faithful.install(FaithfulSettings(sg_release_seconds=0))
 
@@ -230,6 +285,13 @@ def test_throttled_requests_answer_as_aws(world: World) -> None:
             ec2.describe_vpcs()
         assert _code(err) == "RequestLimitExceeded"
         assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        # An unfiltered DescribeSecurityGroups draws from the smaller bucket; a filtered one from the larger.
+        while aws_faithful.take_token(REGION, "ec2", "DescribeSecurityGroups", unfiltered=True):
+            pass
+        with pytest.raises(ClientError) as err:
+            ec2.describe_security_groups()
+        assert _code(err) == "RequestLimitExceeded"
+        ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])
         assert aws_faithful.throttled["ec2:DescribeVpcs"] >= 1
     finally:
         aws_faithful.install(FaithfulSettings(sg_release_seconds=0))

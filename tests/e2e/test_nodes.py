@@ -83,9 +83,11 @@ def set_ready(stack: Stack, name: str, status: str) -> None:
     stack.core().patch_node_status(name, patch, _content_type=MERGE)
 
 
-def node_events(stack: Stack, name: str) -> list[tuple[str, str]]:
+def node_events(stack: Stack, node: dict[str, Any]) -> list[tuple[str, str]]:
+    """Events about this Node, matched by UID: Events outlive their object (a predecessor of the same name)."""
     items = json.loads(stack.core().list_namespaced_event("default", _preload_content=False).data)["items"]
-    return [(e["type"], e["reason"]) for e in items if e["involvedObject"].get("name") == name]
+    uid = node["metadata"]["uid"]
+    return [(e["type"], e["reason"]) for e in items if e["involvedObject"].get("uid") == uid]
 
 
 def send_event(stack: Stack, body: str, group: str) -> None:
@@ -111,7 +113,7 @@ def test_tainted_node_joins_and_is_initialised(stack: Stack) -> None:
     before = node_calls(stack)
     inst = launch(stack)
     name = inst["PrivateDnsName"]
-    create_node(stack, name)
+    created = create_node(stack, name)
     node = stack.wait_for(
         lambda: (n := read_node(stack, name)) and not m.has_taint(n, m.UNINITIALIZED_TAINT) and n,
         what="uninitialized taint removed",
@@ -126,7 +128,7 @@ def test_tainted_node_joins_and_is_initialised(stack: Stack) -> None:
     addresses = [(a["type"], a["address"]) for a in node["status"]["addresses"]]
     assert addresses[0] == ("InternalIP", inst["PrivateIpAddress"])
     assert ("InternalDNS", name) in addresses and ("Hostname", name) in addresses
-    stack.wait_for(lambda: ("Normal", "Synced") in node_events(stack, name), what="Synced event")
+    stack.wait_for(lambda: ("Normal", "Synced") in node_events(stack, created), what="Synced event")
     settle(stack)
     joined = node_calls(stack) - before
     # One lookup; our two writes come back as deltas of a Ready=False node (a live kubelet): no lookup for them.
@@ -145,26 +147,26 @@ def test_tainted_node_joins_and_is_initialised(stack: Stack) -> None:
 def test_provided_node_ip_mismatch_keeps_the_taint(stack: Stack) -> None:
     inst = launch(stack)
     name = inst["PrivateDnsName"]
-    create_node(stack, name, annotations={m.PROVIDED_NODE_IP: "10.123.45.67"})
-    stack.wait_for(lambda: ("Warning", "SyncNodeFailed") in node_events(stack, name), what="Warning event")
+    created = create_node(stack, name, annotations={m.PROVIDED_NODE_IP: "10.123.45.67"})
+    stack.wait_for(lambda: ("Warning", "SyncNodeFailed") in node_events(stack, created), what="Warning event")
     settle(stack)
     node = read_node(stack, name)
     assert node is not None and m.has_taint(node, m.UNINITIALIZED_TAINT)
     assert not m.provider_id(node) and m.INSTANCE_TYPE not in node["metadata"]["labels"]
-    assert ("Normal", "Synced") not in node_events(stack, name)
+    assert ("Normal", "Synced") not in node_events(stack, created)
 
 
 def test_terminated_instance_event_deletes_its_not_ready_node(stack: Stack) -> None:
     inst = launch(stack)
     name = f"dying-{uuid.uuid4().hex[:6]}"
-    create_node(stack, name, provider=provider_id(inst), tainted=False, ready="Unknown")
+    created = create_node(stack, name, provider=provider_id(inst), tainted=False, ready="Unknown")
     settle(stack)  # its delta was judged while the instance still ran: nothing to do
     assert read_node(stack, name) is not None
     stack.aws("ec2").terminate_instances(InstanceIds=[inst["InstanceId"]])
     before = node_calls(stack)
     send_event(stack, ec2_state_change_body(inst["InstanceId"], "terminated", str(uuid.uuid4())), EC2_EVENTS_GROUP)
     stack.wait_for(lambda: read_node(stack, name) is None, what="node deleted")
-    assert ("Normal", "DeletingNode") in node_events(stack, name)
+    assert ("Normal", "DeletingNode") in node_events(stack, created)
     settle(stack)
     left = node_calls(stack) - before
     assert left == Counter({"ec2:DescribeInstances": 1}), left
@@ -206,14 +208,14 @@ def test_stopped_instance_taints_its_node_until_ready_again(stack: Stack) -> Non
 def test_safety_pass_deletes_a_dead_node_without_any_event(stack: Stack) -> None:
     inst = launch(stack)
     name = f"lost-{uuid.uuid4().hex[:6]}"
-    create_node(stack, name, provider=provider_id(inst), tainted=False, ready="Unknown")
+    created = create_node(stack, name, provider=provider_id(inst), tainted=False, ready="Unknown")
     settle(stack)
     stack.aws("ec2").terminate_instances(InstanceIds=[inst["InstanceId"]])  # and its EventBridge event is lost
     settle(stack)
     assert read_node(stack, name) is not None
     send_event(stack, scheduled_event_body(str(uuid.uuid4())), SAFETY_PASS_GROUP)
     stack.wait_for(lambda: read_node(stack, name) is None, what="node deleted by the safety pass")
-    assert ("Normal", "DeletingNode") in node_events(stack, name)
+    assert ("Normal", "DeletingNode") in node_events(stack, created)
     # The seeded, initialised nodes are untouched.
     assert stack.world is not None
     for seeded in stack.world.node_objects():

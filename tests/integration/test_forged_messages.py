@@ -63,9 +63,11 @@ def _collision(uid: str) -> str:
     return uid[:-1] + ("0" if uid[-1] != "0" else "1")
 
 
-def _warnings(stack: dict[str, Any], name: str) -> list[str]:
+def _warnings(stack: dict[str, Any], svc: dict[str, Any]) -> list[str]:
+    """DeleteRefused about this Service, matched by UID: Events outlive their object (a predecessor of the name)."""
     events = json.loads(stack["core"].list_namespaced_event("default", _preload_content=False).data)["items"]
-    return [e["message"] for e in events if e["involvedObject"]["name"] == name and e["reason"] == "DeleteRefused"]
+    uid = svc["metadata"]["uid"]
+    return [e["message"] for e in events if e["involvedObject"].get("uid") == uid and e["reason"] == "DeleteRefused"]
 
 
 def test_a_forged_deleted_with_the_victims_uid_under_another_key_deletes_nothing(stack: dict[str, Any], world: World):
@@ -82,11 +84,11 @@ def test_a_forged_deleted_with_the_victims_uid_under_another_key_deletes_nothing
 def test_a_forged_uid_change_hint_under_another_live_services_key_deletes_nothing(stack: dict[str, Any], world: World):
     live = _victim(stack)
     uid = live["metadata"]["uid"]
-    create_service(stack["core"], "mine", type="ClusterIP")
+    mine = create_service(stack["core"], "mine", type="ClusterIP")
     # The attacker's own Service has another UID: "re-created, delete the predecessor's LB" is refuted by the tags.
     assert invoke(stack, [_forge("MODIFIED", "default/mine", uid)]) == {"batchItemFailures": []}
     assert _lb_exists(world, uid) and _managed_group_exists(world, uid)
-    assert _warnings(stack, "mine") and "tagged for Service default/victim" in _warnings(stack, "mine")[0]
+    assert _warnings(stack, mine) and "tagged for Service default/victim" in _warnings(stack, mine)[0]
 
 
 @pytest.mark.parametrize("event_type", ["ADDED", "MODIFIED", "SYNC", "DELETED", "HOSTS"])
@@ -101,7 +103,7 @@ def test_a_uid_change_hint_under_the_victims_own_key_deletes_nothing(
     assert _lb_exists(world, uid) and _managed_group_exists(world, uid)
     after = read(stack["core"], "victim")
     assert after and after["status"] == live["status"] and p.FINALIZER in after["metadata"]["finalizers"]
-    assert any(f"tagged for UID {uid}" in m for m in _warnings(stack, "victim"))
+    assert any(f"tagged for UID {uid}" in m for m in _warnings(stack, live))
 
 
 def test_a_deleted_for_a_service_really_gone_still_deletes_its_load_balancer(stack: dict[str, Any], world: World):

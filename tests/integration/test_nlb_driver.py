@@ -7,6 +7,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws.clients import CallCounter
 from ccm.contracts import ImplementedElsewhere, RetryError
+from ccm.retry import retry_for
 from tests.factories import node, service
 from tests.integration.conftest import CLUSTER, World
 
@@ -150,6 +151,31 @@ def test_crash_after_listener_delete_leaves_no_orphan_after_retry(world: World):
     assert len(all_target_groups(world)) == 1
 
 
+def test_a_target_group_still_in_use_is_waited_on_then_deleted(world: World):
+    # DeleteTargetGroup answers ResourceInUse while a listener still forwards to the group (ELBv2 API reference,
+    # DeleteTargetGroup errors); on AWS the listeners of a deleted load balancer go with it a little later. Here
+    # another load balancer's listener holds the group. A wait (RetryError), not a failure; the retry deletes it.
+    svc = service(ports=[(80, 30080)])
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    (tg,) = all_target_groups(world)
+    elbv2 = world.clients.session.client("elbv2")
+    in_vpc = [{"Name": "vpc-id", "Values": [world.vpc_id]}]
+    subnets = [s["SubnetId"] for s in world.clients.session.client("ec2").describe_subnets(Filters=in_vpc)["Subnets"]]
+    holder = elbv2.create_load_balancer(Name="holder", Type="network", Subnets=subnets)["LoadBalancers"][0]
+    forward = [{"Type": "forward", "TargetGroupArn": tg["TargetGroupArn"]}]
+    listener = elbv2.create_listener(
+        LoadBalancerArn=holder["LoadBalancerArn"], Port=80, Protocol="TCP", DefaultActions=forward
+    )["Listeners"][0]
+    with pytest.raises(RetryError) as err:
+        world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
+    retry = retry_for(err.value, attempt=1)
+    assert retry.is_wait and retry.waiting_on == f"target group {tg['TargetGroupArn']} still in use"
+    assert world.nlb.get_load_balancer(CLUSTER, svc) == (None, False)  # the load balancer itself is gone
+    elbv2.delete_listener(ListenerArn=listener["ListenerArn"])
+    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)  # the retry finds the group by its UID tag
+    assert all_target_groups(world) == []
+
+
 def test_foreign_service_is_implemented_elsewhere(world: World):
     svc = service(annotations={"service.beta.kubernetes.io/aws-load-balancer-type": "external"})
     with pytest.raises(ImplementedElsewhere):
@@ -221,3 +247,18 @@ def test_an_instance_aws_refuses_is_dropped_and_reported_not_fatal(world: World)
     world.clients.counter.reset_thread()
     world.nlb.update_load_balancer(CLUSTER, svc, nodes[1:3])  # a host update: refused nodes gone, nothing to do
     assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
+
+
+def test_a_terminated_instance_alone_is_refused_and_dropped(world: World):
+    # No unknown instance beside it: AWS refuses the terminated one by itself ("must be in the running state").
+    svc = service()
+    gone = world.instances[0]
+    world.clients.session.client("ec2").terminate_instances(InstanceIds=[gone])
+    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    state = lb_state(world, svc["metadata"]["uid"])
+    assert {p: ls["targets"] for p, ls in state["listeners"].items()} == {
+        80: sorted(world.instances[1:]),
+        443: sorted(world.instances[1:]),
+    }
+    (warning,) = status.warnings
+    assert warning.reason == "TargetsRefused" and gone in warning.message

@@ -29,6 +29,8 @@ from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator
 
 IAM_CERT = "arn:aws:iam::123456789012:server-certificate/web-tls"
 MISSING_SG = "sg-0123456789abcdef0"
+MISSING_SUBNET = "subnet-0123456789abcdef0"
+MISSING_EIP = "eipalloc-0123456789abcdef0"
 CERT_PEM = "-----BEGIN CERTIFICATE-----\nMIIB (moto keeps IAM server certificates as given)\n-----END CERTIFICATE-----"
 KEY_PEM = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----"
 
@@ -43,9 +45,11 @@ def aws_changes(world: World) -> dict[str, int]:
     }
 
 
-def warnings_of(world_: dict[str, Any], name: str) -> list[dict[str, Any]]:
+def warnings_of(world_: dict[str, Any], svc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Warnings about this Service, matched by UID: Events outlive their object (a predecessor of the same name)."""
     events = json.loads(world_["core"].list_namespaced_event("default", _preload_content=False).data)["items"]
-    return [e for e in events if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
+    uid = svc["metadata"]["uid"]
+    return [e for e in events if e["involvedObject"].get("uid") == uid and e["type"] == "Warning"]
 
 
 def lb_service(world_: dict[str, Any], name: str, lb_type: str, annotations: dict[str, str]) -> dict[str, Any]:
@@ -101,7 +105,7 @@ def test_a_missing_certificate_changes_nothing_warns_logs_and_is_cured_by_import
         response, receipts = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
     assert len(response["batchItemFailures"]) == 1  # retried: importing the certificate cures it
     assert aws_changes(world) == {}  # no security group made first
-    [warning] = warnings_of(stack, name)
+    [warning] = warnings_of(stack, svc)
     assert warning["reason"] == "SyncLoadBalancerFailed"
     assert warning["message"].startswith("Error syncing load balancer: ")
     assert a.SSL_CERT_ANNOTATION in warning["message"] and IAM_CERT in warning["message"]
@@ -130,7 +134,7 @@ def test_a_mistyped_security_group_is_retried_with_a_warning_each_time_and_nothi
     assert aws_changes(world) == {}
     reasons = [
         (w["reason"], a.SECURITY_GROUPS_ANNOTATION in w["message"] and MISSING_SG in w["message"])
-        for w in warnings_of(stack, "byo")
+        for w in warnings_of(stack, svc)
     ]
     assert reasons == [("SyncLoadBalancerFailed", True)] * 2  # one per attempt, before any could reach the DLQ
 
@@ -147,7 +151,7 @@ def test_a_group_of_another_vpc_is_invalid_not_retried_and_changes_nothing(
     response, _ = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
     assert response == {"batchItemFailures": []}  # only the author can cure it: not retried until it changes
     assert aws_changes(world) == {}
-    [warning] = warnings_of(stack, "foreign")
+    [warning] = warnings_of(stack, svc)
     assert warning["reason"] == "SyncLoadBalancerFailed"
     assert f"{a.EXTRA_SECURITY_GROUPS_ANNOTATION}: security group {foreign} is in {other_vpc}" in warning["message"]
 
@@ -173,9 +177,52 @@ def test_an_untagged_node_group_is_a_warning_naming_it_and_the_tag(
     )
     response, _ = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
     assert response == {"batchItemFailures": []}  # the LB is made; what is missing is said
-    [warning] = warnings_of(stack, svc["metadata"]["name"])
+    [warning] = warnings_of(stack, svc)
     assert warning["reason"] == "NodeSecurityGroupNotTagged"
     assert node_group in warning["message"] and f"{tag}=owned" in warning["message"]
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_a_missing_subnet_changes_nothing_warns_and_is_retried(
+    stack: dict[str, Any],  # noqa: F811
+    world: World,
+    lb_type: str,
+):
+    ec2 = boto3.client("ec2", region_name=REGION)
+    real = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])["Subnets"][0]["SubnetId"]
+    svc = lb_service(stack, f"subnet-{lb_type}", lb_type, {a.SUBNETS_ANNOTATION: f"{real},{MISSING_SUBNET}"})
+    world.clients.counter.reset_thread()
+    response, _ = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert len(response["batchItemFailures"]) == 1  # retried: the author's IaC may create the subnet
+    assert aws_changes(world) == {}  # no security group, load balancer or target group made first
+    [warning] = warnings_of(stack, svc)
+    assert warning["reason"] == "SyncLoadBalancerFailed"
+    assert a.SUBNETS_ANNOTATION in warning["message"] and MISSING_SUBNET in warning["message"]
+
+
+def test_a_missing_elastic_ip_changes_nothing_warns_and_is_retried(
+    stack: dict[str, Any],  # noqa: F811
+    world: World,
+):
+    ec2 = boto3.client("ec2", region_name=REGION)
+    subnets = sorted(
+        s["SubnetId"] for s in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])["Subnets"]
+    )
+    allocated = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    svc = lb_service(
+        stack,
+        "eips",
+        "nlb",
+        {a.SUBNETS_ANNOTATION: ",".join(subnets[:2]), a.EIP_ANNOTATION: f"{allocated},{MISSING_EIP}"},
+    )
+    world.clients.counter.reset_thread()
+    response, _ = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
+    assert len(response["batchItemFailures"]) == 1  # retried: the address may be allocated later
+    assert aws_changes(world) == {}
+    [warning] = warnings_of(stack, svc)
+    assert warning["reason"] == "SyncLoadBalancerFailed"
+    assert a.EIP_ANNOTATION in warning["message"] and MISSING_EIP in warning["message"]
+    assert allocated not in warning["message"]  # only the missing one is named
 
 
 def test_an_unreadable_service_is_logged_with_its_key_and_backed_off(

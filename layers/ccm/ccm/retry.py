@@ -7,11 +7,11 @@ to the DLQ after MAX_RECEIVES receives (template.yaml `maxReceiveCount`; a test 
 - a **failure** (anything unexpected) backs off as upstream's controllers do: 5 s doubling to 300 s. A poison
   message reaches the DLQ after MAX_RECEIVES receives, FAILURE_BUDGET_SECONDS (about 25 minutes) after its first.
 - a **wait** (RetryError: a state AWS documents and ends by itself - a deleted load balancer's network interfaces
-  still holding its security group (DependencyViolation), a target group still ResourceInUse, a load balancer still
-  provisioning, a target group not healthy yet) is not an error: it is logged at INFO with what is waited on and
-  counted apart from failures. Its delay starts at what the driver asked for and doubles to 300 s, so the receive
-  budget covers at least WAIT_BUDGET_SECONDS (25 minutes; AWS holds a deleted NLB's group for minutes). A wait that
-  never ends still reaches the DLQ, after MAX_RECEIVES receives.
+  still holding its security group (DependencyViolation), a target group still ResourceInUse, a target group not
+  healthy yet) is not an error: it is logged at INFO with what is waited on and counted apart from failures. Its
+  delay starts at what the driver asked for and doubles to 300 s, so the receive budget covers at least
+  WAIT_BUDGET_SECONDS (25 minutes; AWS holds a deleted NLB's group for minutes). A wait that never ends still
+  reaches the DLQ, after MAX_RECEIVES receives.
 
 Why 10 receives rather than 5 with longer waits (60 s doubling would also pass 15 minutes): a wait usually ends
 within a few minutes, and every retry delay also holds back newer deltas of the same object (FIFO group); with
@@ -21,6 +21,14 @@ have no per-message DelaySeconds (the copy would be received at once and deferre
 the copy would go behind newer deltas of the same object and need a new deduplication id, and a wait that never
 ends would never reach the DLQ. A FIFO message waiting out its visibility holds only its own group: other objects
 keep flowing.
+
+Not a wait: a load balancer still `provisioning`. AWS documents the state (ELBv2 API reference, LoadBalancerState:
+provisioning, then active) but no call refused because of it: the errors of every call the drivers make on an
+existing load balancer (CreateListener, ModifyListener, ModifyLoadBalancerAttributes, SetSecurityGroups, SetSubnets,
+RegisterTargets, DeleteLoadBalancer) name none tied to it. DeleteLoadBalancer's ResourceInUse is documented without
+a state, and the reported cause is a VPC endpoint service still using the NLB, which does not end by itself: it
+stays a failure. Classic ELB has no provisioning state. So the drivers do not wait on it, and the devstack invents
+no refusal for it; a new NLB's hostname is reported at once, as cloud-provider-aws does.
 
 A record not started, or cut short, because the invocation's time ran out (ccm.deadline) is neither: it comes back
 after RETURN_DELAY_SECONDS.
