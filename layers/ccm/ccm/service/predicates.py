@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from ccm.aws.provider_id import instance_id_from_provider_id
+
 KubeObject = dict[str, Any]
 
 FINALIZER: Final = "service.kubernetes.io/load-balancer-cleanup"
@@ -77,9 +79,5 @@ def member_nodes(nodes: list[KubeObject]) -> list[KubeObject]:
 
 
 def instance_id(node: KubeObject) -> str | None:
-    """The EC2 instance id from `aws:///<az>/<id>` (or the legacy `aws:///<id>`)."""
-    provider_id = spec(node).get("providerID") or ""
-    if not provider_id.startswith("aws://"):
-        return None
-    last = provider_id.rstrip("/").rsplit("/", 1)[-1]
-    return last if last.startswith("i-") else None
+    """The EC2 instance id of the node's providerID (ccm.aws.provider_id), None without one."""
+    return instance_id_from_provider_id(str(spec(node).get("providerID") or ""))
