@@ -74,10 +74,6 @@ def is_member_node(node: KubeObject) -> bool:
     return not any(t.get("key") == TO_BE_DELETED_TAINT for t in spec(node).get("taints") or [])
 
 
-def member_nodes(nodes: list[KubeObject]) -> list[KubeObject]:
-    return [n for n in nodes if is_member_node(n)]
-
-
 def instance_id(node: KubeObject) -> str | None:
     """The EC2 instance id of the node's providerID (ccm.aws.provider_id), None without one."""
     return instance_id_from_provider_id(str(spec(node).get("providerID") or ""))
