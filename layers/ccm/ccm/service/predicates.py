@@ -1,4 +1,5 @@
-"""Predicates of the upstream service controller (upstream-controllers.md §1), over plain JSON dicts."""
+"""Predicates of the upstream service controller (k8s.io/cloud-provider controllers/service/controller.go), over
+plain JSON dicts."""
 
 from __future__ import annotations
 
