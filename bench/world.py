@@ -16,6 +16,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from kubernetes import client, config
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.provider_id import provider_id_for
 from ccm.batch import Deferred
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
@@ -117,7 +118,7 @@ class BenchWorld:
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": inst["PrivateDnsName"], "labels": {"topology.kubernetes.io/zone": az}},
-            "spec": {"providerID": f"aws:///{az}/{inst['InstanceId']}"},
+            "spec": {"providerID": provider_id_for(az, inst["InstanceId"])},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]},
         }
         created: dict[str, Any] = self.emulator.create(node)

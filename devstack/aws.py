@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
+from ccm.aws.provider_id import provider_id_for
 from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from devstack.queues import harden_moto_sqs
@@ -115,7 +116,7 @@ class Instance:
 
     @property
     def provider_id(self) -> str:
-        return f"aws:///{self.az}/{self.instance_id}"
+        return provider_id_for(self.az, self.instance_id)
 
 
 @dataclass(frozen=True, slots=True)

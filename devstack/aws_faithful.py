@@ -1,4 +1,5 @@
-"""moto made to answer as AWS does where our controller's correctness depends on it (issue "A faithful local world").
+"""moto made to answer as AWS does where our controller's correctness depends on it: a local world kinder than AWS
+would let tests pass that production fails.
 
 Every patch changes moto's server-side models or its response dispatch, never boto3/botocore, so the drivers
 run unchanged over the real wire protocols, in the moto server (devstack, e2e, chaos, bench) and in-process

@@ -1,7 +1,7 @@
 """An SQS event source mapping (ESM) stand-in that invokes the real Lambda handlers as Lambda runs them.
 
 Why not moto's own SQS->Lambda trigger: it needs Docker and ignores ReportBatchItemFailures. What this copies from
-the Lambda ESM for SQS (see serverless-notes.md in the shared spec):
+the Lambda ESM for SQS (AWS Lambda Developer Guide, "Using Lambda with Amazon SQS"):
 - up to ScalingConfig.MaximumConcurrency concurrent invocations per event source (one poller thread each, so a
   poller receives, invokes and deletes before it receives again);
 - batches of at most BatchSize (<= 10 for FIFO), records shaped exactly like Lambda's SQS records;

@@ -2,7 +2,7 @@
 and throttles.
 
 AWS answers DeleteSecurityGroup with DependencyViolation while any network interface uses the group, and an NLB's
-interfaces are released minutes after DeleteLoadBalancer (the shared spec, real-world.md; EC2 API reference,
+interfaces are released minutes after DeleteLoadBalancer (observed on AWS; EC2 API reference,
 DeleteSecurityGroup: "If you attempt to delete a security group that is associated with an instance or network
 interface ... the operation fails with DependencyViolation"). moto deletes it at once. This patches moto's model
 (in-process, so also behind a ThreadedMotoServer of this process), never a client library.

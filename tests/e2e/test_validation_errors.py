@@ -191,7 +191,7 @@ def test_invalid_input_on_a_live_service_warns_and_changes_nothing(stack: Stack,
 def test_source_ranges_that_are_not_cidrs_never_reach_the_reconciler(
     stack: Stack, victim: dict[str, Any], annotations: dict[str, str], spec: dict[str, Any]
 ):
-    # kube-apiserver refuses them with 422 (ValidateService, observed: the shared spec's real-world.md); they used
+    # kube-apiserver refuses them with 422 (ValidateService, observed on a real server); they used
     # to be accepted by the emulator and reach the reconciler as InvalidConfiguration cases.
     svc = victim["svc"]
     state, calls = aws_state(stack, svc), service_calls(stack)
@@ -253,7 +253,7 @@ MISSING: dict[str, tuple[dict[str, str], list[str]]] = {
 
 @pytest.mark.parametrize("case", list(MISSING))
 def test_a_missing_reference_warns_each_attempt_changes_nothing_and_is_retried(stack: Stack, case: str):
-    """Issue 11 items 7-9: a well-formed ID or ARN of nothing (yet) is checked before the first write (no security
+    """A well-formed ID or ARN of nothing (yet) is checked before the first write (no security
     group created first), reported as a Warning (never silently into the DLQ) and retried with backoff, because
     creating it in AWS cures it: removing it converges through the retry (a Warning per attempt:
     tests/integration/test_service_failures.py)."""

@@ -1,4 +1,4 @@
-"""Waiting on AWS is not failing (issue 11, item 3), end to end: watcher -> queue -> runner -> handler -> moto.
+"""Waiting on AWS is not failing, end to end: watcher -> queue -> runner -> handler -> moto.
 
 AWS holds a deleted NLB's security group (its network interfaces) for minutes. The old policy retried the delete
 every 15 s and dead-lettered it at the 6th receive (maxReceiveCount 5, about a minute). Here the group is held for

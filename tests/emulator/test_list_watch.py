@@ -191,7 +191,7 @@ def test_too_old_resource_version_is_200_with_an_in_stream_410(
     emu: Emulator, raw: Raw, core: kubernetes.client.CoreV1Api
 ) -> None:
     # kube-apiserver's watch cache answers a too-old RV with HTTP 200 and one ERROR event (cacher.Watch ->
-    # newErrWatcher), observed on a real server (the shared spec, real-world.md).
+    # newErrWatcher), observed on a real server.
     old = emu.create(service_body("a"))["metadata"]["resourceVersion"]
     emu.create(service_body("b"))
     emu.compact()

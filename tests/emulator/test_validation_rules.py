@@ -1,4 +1,4 @@
-"""Validation the real kube-apiserver applies and the emulator once did not (the shared spec, real-world.md).
+"""Validation the real kube-apiserver applies (observed on a real server) and the emulator once did not.
 
 Each test cites the upstream rule (k8s.io/kubernetes pkg/apis/core/validation/validation.go unless noted) and
 fails against the emulator as it was before.

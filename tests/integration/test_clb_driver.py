@@ -1,6 +1,6 @@
 """The Classic ELB driver against in-process moto: creation, idempotence, in-place updates, adoption, deletion.
 
-Call-count scenario of the anchors (aws-reference.md): 2 TCP ports, 3 nodes, externalTrafficPolicy Cluster.
+Call-count scenario of the anchors (bench/anchors.py): 2 TCP ports, 3 nodes, externalTrafficPolicy Cluster.
 Scenarios share a test where they can: every moto world costs about a second to build.
 
 moto 5.2.5 `elb` gaps these tests step around (real AWS behaves; the driver has no moto-specific code):

@@ -187,7 +187,7 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
 def test_safety_pass_removes_a_member_whose_deleted_delta_was_lost(
     table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
 ):
-    """Issue 11 item 4: a node deleted from the API while its DELETED delta was lost (watcher restarted during an
+    """A node deleted from the API while its DELETED delta was lost (watcher restarted during an
     SQS outage, purged DLQ) stayed a member forever. The 5-minute safety pass now reconciles the table against
     its LIST: the member goes, affected Services get a HOSTS message, and a converged pass writes nothing."""
     sqs, url = _services_queue()

@@ -1,4 +1,4 @@
-"""How a failed reconcile is said (issue 11, items 7-10), through the real handler (emulator over HTTP + in-process
+"""How a failed reconcile is said, through the real handler (emulator over HTTP + in-process
 moto): every reference a Service names is read before the first write; what AWS-side changes can cure is a
 Warning on every attempt and a retry with backoff, what only the author can cure is a Warning without retry;
 every failure is logged with the Service key; the reason is always upstream's `SyncLoadBalancerFailed`."""
@@ -123,7 +123,7 @@ def test_a_mistyped_security_group_is_retried_with_a_warning_each_time_and_nothi
     stack: dict[str, Any],  # noqa: F811
     world: World,
 ):
-    """The issue's case: it went five times into the DLQ without an event or a log line."""
+    """A mistyped security group once went five times into the DLQ without an event or a log line."""
     svc = lb_service(stack, "byo", "nlb", {a.SECURITY_GROUPS_ANNOTATION: MISSING_SG})
     world.clients.counter.reset_thread()
     response, receipts = deliver(stack, [delta_for("Service", "ADDED", svc).to_body()])
@@ -162,7 +162,7 @@ def test_an_untagged_node_group_is_a_warning_naming_it_and_the_tag(
     world: World,
     lb_type: str,
 ):
-    """Issue 11 item 13: the LB was reported Ensured while no rule let it reach the nodes, and nothing said so."""
+    """The LB was once reported Ensured while no rule let it reach the nodes, and nothing said so."""
     ec2 = boto3.client("ec2", region_name=REGION)
     tag = f"kubernetes.io/cluster/{CLUSTER}"
     tagged = ec2.describe_security_groups(Filters=[{"Name": "tag-key", "Values": [tag]}])["SecurityGroups"]

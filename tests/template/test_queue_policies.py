@@ -1,6 +1,7 @@
-"""Only the expected senders (issue: messages are hints): each queue policy denies sqs:SendMessage to every IAM
-principal of the account but the queue's own senders and the operators' redrive roles; EventBridge (a service
-principal, no aws:PrincipalArn) keeps its Allow. Evaluated as IAM does: an applicable explicit Deny wins."""
+"""Only the expected senders (messages are hints: docs/security.md#messages-hints-never-orders): each queue policy
+denies sqs:SendMessage to every IAM principal of the account but the queue's own senders and the operators' redrive
+roles; EventBridge (a service principal, no aws:PrincipalArn) keeps its Allow. Evaluated as IAM does: an applicable
+explicit Deny wins."""
 
 from __future__ import annotations
 

@@ -186,7 +186,7 @@ def test_route_tables(enabled: bool, tables: list[dict[str, Any]], status: str, 
         ([sg("sg-1"), sg("sg-2")], [instance("az-a", "sg-1", "sg-2")], "fail", "several security groups"),
         ([sg("sg-1"), sg("sg-2")], [instance("az-a", "sg-1"), instance("az-b", "sg-2")], "ok", "sg-1, sg-2"),
         ([sg("sg-1"), sg("sg-2")], [], "warn", "no tagged instance"),
-        # A second node group without the tag: its nodes are unreachable, their LBs say Ensured (issue 11, 13).
+        # A second node group without the tag: its nodes are unreachable, their LBs said Ensured.
         (
             [sg("sg-nodes")],
             [instance("az-a", "sg-nodes"), instance("az-b", "sg-spot")],

@@ -23,6 +23,7 @@ from ccm.aws import clb_model as m
 from ccm.aws import names
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
@@ -43,10 +44,6 @@ from ccm.service.lbconfig import LoadBalancerConfig
 from ccm.service.notices import annotation_notices
 
 log = logging.getLogger(__name__)
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 def _status(dns_name: str) -> LoadBalancerStatus:
@@ -186,7 +183,7 @@ class ClassicLoadBalancers(PassFlags):
         try:
             found = self.elb.describe_load_balancers(LoadBalancerNames=[name])["LoadBalancerDescriptions"]
         except ClientError as err:
-            if _code(err) == "LoadBalancerNotFound":
+            if error_code(err) == "LoadBalancerNotFound":
                 return None
             raise
         return found[0] if found else None
@@ -196,7 +193,7 @@ class ClassicLoadBalancers(PassFlags):
         try:
             described = self.elb.describe_tags(LoadBalancerNames=[name])["TagDescriptions"]
         except ClientError as err:
-            if _code(err) == "LoadBalancerNotFound":
+            if error_code(err) == "LoadBalancerNotFound":
                 return None
             raise
         return {t["Key"]: t.get("Value", "") for d in described for t in d.get("Tags") or []}
@@ -220,7 +217,7 @@ class ClassicLoadBalancers(PassFlags):
                 **kwargs,
             )
         except ClientError as err:
-            code = _code(err)
+            code = error_code(err)
             if code == "DuplicateLoadBalancerName":
                 raise RetryError(f"{desired.name} appeared concurrently", delay_seconds=5) from err
             raise

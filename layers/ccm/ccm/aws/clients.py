@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from ccm import deadline
 from ccm.aws import faults
+from ccm.aws.errors import response_error_code
 
 READ_PREFIXES = ("Describe", "Get", "List", "Query", "Scan", "BatchGet")
 
@@ -72,8 +73,7 @@ THROTTLING_CODES = frozenset(
 
 
 def is_throttling(status_code: int, parsed: Mapping[str, Any]) -> bool:
-    code = (parsed.get("Error") or {}).get("Code")
-    return code in THROTTLING_CODES or status_code == 429
+    return response_error_code(parsed) in THROTTLING_CODES or status_code == 429
 
 
 class CallCounter:

@@ -6,19 +6,19 @@ batches of FILTER_CHUNK values. Filters instead of `InstanceIds=`: one unknown I
 InvalidInstanceID.NotFound, a filter just leaves it out. Zone IDs come from one DescribeAvailabilityZones per
 execution environment (zones do not change under a running Lambda).
 
-The pure half (`instance_id_from_provider_id`, `node_addresses`, `metadata_from_instance`) turns plain
-DescribeInstances dicts into `InstanceMetadata`; the `Ec2Instances` class does the I/O.
+The pure half (`node_addresses`, `metadata_from_instance`) turns plain DescribeInstances dicts into
+`InstanceMetadata`; the `Ec2Instances` class does the I/O. ProviderIDs are read and written by ccm.aws.provider_id.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.provider_id import instance_id_from_provider_id, is_well_formed_instance_id, provider_id_for
 from ccm.contracts import InstanceMetadata, InstanceNotFound, KubeObject
 
 FILTER_CHUNK: Final = 200  # EC2 accepts up to 200 values per filter
@@ -26,25 +26,9 @@ PAGE_SIZE: Final = 1000
 # cloud-provider-aws looks nodes up by name among these states only: a terminated instance may still carry the
 # DNS name of a newer one for a while.
 ALIVE_STATES: Final = ("pending", "running", "shutting-down", "stopping", "stopped")
-_INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 
 
 # ------------------------------------------------------------------------------------------------ pure helpers
-
-
-def instance_id_from_provider_id(provider_id: str) -> str | None:
-    """The instance ID of `aws:///<az>/<id>`, `aws:////<id>` or `aws:///<id>`; None for anything else (another
-    provider's ID, Fargate, hybrid nodes): such nodes are never looked up, so never deleted by us."""
-    if not provider_id.startswith("aws://"):
-        return None
-    tokens = [t for t in provider_id[len("aws://") :].split("/") if t]
-    if not tokens or len(tokens) > 2:
-        return None
-    return tokens[-1] if _INSTANCE_ID.match(tokens[-1]) else None
-
-
-def provider_id_for(zone: str, instance_id: str) -> str:
-    return f"aws:///{zone}/{instance_id}"
 
 
 def _device_index(eni: dict[str, Any]) -> int:
@@ -91,6 +75,14 @@ def metadata_from_instance(instance: dict[str, Any], region: str, zone_ids: dict
     )
 
 
+def _lookup_id(provider_id: str) -> str | None:
+    """The instance ID to look up for a providerID; None for a foreign one (Fargate, hybrid nodes...) and for an ID
+    EC2 could not hold: upstream's lookup of a malformed ID fails and decides nothing, where our filter would find
+    nothing and the node would look gone. A node not looked up is never deleted by us."""
+    instance_id = instance_id_from_provider_id(provider_id)
+    return instance_id if instance_id and is_well_formed_instance_id(instance_id) else None
+
+
 def _chunks(values: Sequence[str], size: int = FILTER_CHUNK) -> Iterator[list[str]]:
     for start in range(0, len(values), size):
         yield list(values[start : start + size])
@@ -132,7 +124,7 @@ class Ec2Instances:
             provider_id = (node.get("spec") or {}).get("providerID") or ""
             if not provider_id:
                 by_dns.append(name)
-            elif instance_id := instance_id_from_provider_id(provider_id):
+            elif instance_id := _lookup_id(provider_id):
                 by_id.setdefault(instance_id, []).append(name)
         result: dict[str, InstanceMetadata | None] = {n: None for names in by_id.values() for n in names}
         result.update(dict.fromkeys(by_dns))

@@ -19,6 +19,7 @@ from ccm.aws import names
 from ccm.aws import nlb_model as m
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
@@ -40,10 +41,6 @@ log = logging.getLogger(__name__)
 
 # Warning event reasons (the LB is converged otherwise; these say what was not applied and why).
 FIXED_SETTING = "LoadBalancerSettingFixed"
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 class NetworkLoadBalancers(PassFlags):
@@ -196,7 +193,7 @@ class NetworkLoadBalancers(PassFlags):
         try:
             found = self.clients.elbv2.describe_load_balancers(Names=[name])["LoadBalancers"]
         except ClientError as err:
-            if _code(err) == "LoadBalancerNotFound":
+            if error_code(err) == "LoadBalancerNotFound":
                 return None
             raise
         return found[0] if found else None
@@ -207,7 +204,7 @@ class NetworkLoadBalancers(PassFlags):
                 "TargetGroups"
             ]
         except ClientError as err:
-            if _code(err) == "TargetGroupNotFound":  # some implementations say so for an LB without groups
+            if error_code(err) == "TargetGroupNotFound":  # some implementations say so for an LB without groups
                 return []
             raise
         return groups
@@ -369,7 +366,7 @@ class NetworkLoadBalancers(PassFlags):
             )
             return str(created["TargetGroups"][0]["TargetGroupArn"])
         except ClientError as err:
-            if _code(err) != "DuplicateTargetGroupName":
+            if error_code(err) != "DuplicateTargetGroupName":
                 raise
             # AWS returns the existing group for an identical create; some implementations refuse instead.
             found = self.clients.elbv2.describe_target_groups(Names=[spec.name])["TargetGroups"]
@@ -386,7 +383,7 @@ class NetworkLoadBalancers(PassFlags):
                 **m.tls_kwargs(op.certificate, op.ssl_policy),
             )
         except ClientError as err:
-            if _code(err) != "DuplicateListener":
+            if error_code(err) != "DuplicateListener":
                 raise
             raise RetryError(f"listener on port {op.port} appeared concurrently", delay_seconds=5) from err
 
@@ -394,7 +391,7 @@ class NetworkLoadBalancers(PassFlags):
         try:
             self.clients.elbv2.delete_target_group(TargetGroupArn=arn)
         except ClientError as err:
-            code = _code(err)
+            code = error_code(err)
             if code == "TargetGroupNotFound":
                 return
             if code == "ResourceInUse":

@@ -10,11 +10,8 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
 from ccm.aws.security_groups_model import managed_group_name
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 def _tag_dict(items: list[dict[str, Any]] | None) -> dict[str, str]:
@@ -44,7 +41,7 @@ class Ownership:
         try:
             lbs = self.clients.elbv2.describe_load_balancers(Names=[name])["LoadBalancers"]
         except ClientError as err:
-            if _code(err) == "LoadBalancerNotFound":
+            if error_code(err) == "LoadBalancerNotFound":
                 return None
             raise
         if not lbs:
@@ -56,7 +53,7 @@ class Ownership:
         try:
             described = self.clients.client("elb").describe_tags(LoadBalancerNames=[name])["TagDescriptions"]
         except ClientError as err:
-            if _code(err) == "LoadBalancerNotFound":
+            if error_code(err) == "LoadBalancerNotFound":
                 return None
             raise
         return _tag_dict([t for d in described for t in d.get("Tags") or []])

@@ -23,7 +23,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
-from ccm.aws.refusals import code_of
+from ccm.aws.errors import error_code
 from ccm.contracts import CloudStateError, InvalidServiceConfig
 from ccm.service.annotations import (
     EIP_ANNOTATION,
@@ -135,7 +135,7 @@ class ReferenceChecker:
             else:
                 self.clients.client("acm").describe_certificate(CertificateArn=arn)
         except ClientError as err:
-            if code_of(err) in ("ResourceNotFoundException", "NoSuchEntity"):
+            if error_code(err) in ("ResourceNotFoundException", "NoSuchEntity"):
                 return False
             raise
         return True

@@ -43,6 +43,7 @@ from typing import Final
 
 from botocore.exceptions import ClientError
 
+from ccm.aws.errors import error_code, error_message
 from ccm.contracts import InvalidServiceConfig
 
 
@@ -68,10 +69,6 @@ _AUTHOR: Final = frozenset(
 )
 
 
-def code_of(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
-
-
 def cure(code: str) -> Cure:
     """Who can cure an AWS error code (see the module table; unknown codes: AWS side, i.e. retried)."""
     if code in _AUTHOR or code.endswith(".Malformed"):
@@ -81,8 +78,8 @@ def cure(code: str) -> Cure:
 
 def as_refusal(err: ClientError) -> InvalidServiceConfig | None:
     """The InvalidServiceConfig to report instead of `err` when only the Service author can cure it, else None."""
-    code = code_of(err)
+    code = error_code(err)
     if cure(code) is not Cure.AUTHOR:
         return None
-    message = str(err.response.get("Error", {}).get("Message", "")) or str(err)
+    message = error_message(err) or str(err)
     return InvalidServiceConfig(f"AWS refused the configuration ({code}): {message}")

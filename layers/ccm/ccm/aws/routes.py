@@ -15,6 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code, error_message
 from ccm.contracts import Route, RouteTable
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,7 @@ def _destination(cidr: str) -> dict[str, str]:
 
 def error_text(err: Exception) -> str:
     if isinstance(err, ClientError):
-        info = err.response.get("Error", {})
-        return f"{info.get('Code', 'Error')}: {info.get('Message', '')}".strip()
+        return f"{error_code(err) or 'Error'}: {error_message(err)}".strip()
     return f"{type(err).__name__}: {err}"
 
 
@@ -80,7 +80,7 @@ class VpcRoutes:
         try:
             self.ec2.delete_route(RouteTableId=route.route_table_id, **_destination(route.destination_cidr))
         except ClientError as err:
-            if err.response.get("Error", {}).get("Code") != "InvalidRoute.NotFound":
+            if error_code(err) != "InvalidRoute.NotFound":
                 raise  # already gone is what we wanted
 
     def disable_source_dest_check(self, instance_ids: Sequence[str]) -> dict[str, str]:

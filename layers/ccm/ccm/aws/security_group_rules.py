@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
 from ccm.aws.security_groups_model import IngressRule
 from ccm.contracts import CloudStateError, RetryError
 
@@ -23,10 +24,6 @@ log = logging.getLogger("ccm.aws.security_groups")
 
 CONFLICT_RETRY_SECONDS: Final = 5
 _RULE_GONE: Final = ("InvalidPermission.NotFound", "InvalidSecurityGroupRuleId.NotFound")
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 class RuleWriter:
@@ -50,7 +47,7 @@ class RuleWriter:
                 GroupId=group_id, IpPermissions=m.to_permissions(rules), **({"TagSpecifications": tags} if tags else {})
             )
         except ClientError as err:
-            code = _code(err)
+            code = error_code(err)
             if code == "InvalidPermission.Duplicate":
                 # Someone added one of them since we read: read again on the retry rather than guess.
                 raise RetryError(f"rules of {group_id} changed concurrently", CONFLICT_RETRY_SECONDS) from err
@@ -99,7 +96,7 @@ class RuleWriter:
         try:
             self.clients.ec2.revoke_security_group_ingress(GroupId=group_id, SecurityGroupRuleIds=ids)
         except ClientError as err:
-            code = _code(err)
+            code = error_code(err)
             if code == "InvalidGroup.NotFound" or (code in _RULE_GONE and len(ids) == 1):
                 return
             if code not in _RULE_GONE:
@@ -118,7 +115,7 @@ class RuleWriter:
             # implementations (moto) only match a group pair with its description.
             self.clients.ec2.revoke_security_group_ingress(GroupId=group_id, IpPermissions=m.to_permissions(rules))
         except ClientError as err:
-            code = _code(err)
+            code = error_code(err)
             if code == "InvalidGroup.NotFound":
                 return
             if code != "InvalidPermission.NotFound":

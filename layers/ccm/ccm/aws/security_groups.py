@@ -59,6 +59,7 @@ from botocore.exceptions import ClientError
 from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
 from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
 from ccm.contracts import CloudStateError, InvalidServiceConfig, KubeObject, RetryError
@@ -78,10 +79,6 @@ _LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
 # (region, vpc, cluster) -> (when, node group ids); shared by the threads of one execution environment.
 _node_groups: dict[tuple[str, str, str], tuple[float, tuple[str, ...]]] = {}
 _node_groups_lock = threading.Lock()
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 def _unique(ids: Iterable[str]) -> list[str]:
@@ -172,7 +169,7 @@ class SecurityGroups:
         try:
             self.clients.ec2.delete_security_group(GroupId=group_id)
         except ClientError as err:
-            code = _code(err)
+            code = error_code(err)
             if code == "InvalidGroup.NotFound":
                 return
             if code == "DependencyViolation":
@@ -191,13 +188,13 @@ class SecurityGroups:
         try:
             found = self.clients.ec2.describe_security_groups(GroupIds=_unique(group_ids))["SecurityGroups"]
         except ClientError as err:
-            if _code(err) == "InvalidGroupId.Malformed":  # only the author can fix a malformed id
+            if error_code(err) == "InvalidGroupId.Malformed":  # only the author can fix a malformed id
                 raise InvalidServiceConfig(
-                    f"security-groups / extra-security-groups: {', '.join(group_ids)}: {_code(err)}"
+                    f"security-groups / extra-security-groups: {', '.join(group_ids)}: {error_code(err)}"
                 ) from err
-            if _code(err) == "InvalidGroup.NotFound":  # may be created later (ccm.aws.refusals): Warning + retry
+            if error_code(err) == "InvalidGroup.NotFound":  # may be created later (ccm.aws.refusals): Warning + retry
                 raise CloudStateError(
-                    f"security-groups / extra-security-groups: {', '.join(group_ids)}: {_code(err)}"
+                    f"security-groups / extra-security-groups: {', '.join(group_ids)}: {error_code(err)}"
                 ) from err
             raise
         if missing := sorted(set(group_ids) - {str(g["GroupId"]) for g in found}):
@@ -241,7 +238,7 @@ class SecurityGroups:
                 TagSpecifications=[{"ResourceType": "security-group", "Tags": names.as_tag_list(tags)}],
             )
         except ClientError as err:
-            if _code(err) != "InvalidGroup.Duplicate":
+            if error_code(err) != "InvalidGroup.Duplicate":
                 raise
             found = self._managed_group(lb_name, tagged=False)
             if found and any(t["Key"] == self._cluster_tag for t in found.get("Tags", [])):
@@ -378,7 +375,7 @@ class SecurityGroups:
                 ]
                 return groups
             except ClientError as err:
-                if _code(err) != "InvalidGroup.NotFound" or attempt:
+                if error_code(err) != "InvalidGroup.NotFound" or attempt:
                     raise
                 self.forget_node_groups()  # a node group was replaced: discover again once
         return []

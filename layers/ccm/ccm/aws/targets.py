@@ -16,15 +16,13 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from ccm.aws.errors import error_code
+
 log = logging.getLogger(__name__)
 
 # Warning event reason: instances the load balancer API refused as targets.
 REFUSED_TARGETS: Final = "TargetsRefused"
 _FILTER_CHUNK: Final = 200  # EC2 accepts up to 200 values per filter
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 def running_instances(ec2: Any, instance_ids: Sequence[str]) -> set[str]:
@@ -78,7 +76,7 @@ def _register(call: Any, refusal: str, ec2: Any, instance_ids: Sequence[str], wh
         call(list(instance_ids))
         return []
     except ClientError as err:
-        if _code(err) != refusal:
+        if error_code(err) != refusal:
             raise
     running = running_instances(ec2, instance_ids)
     refused = sorted(set(instance_ids) - running)

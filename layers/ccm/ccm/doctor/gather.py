@@ -15,6 +15,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ccm.aws.errors import error_code, error_message
 from ccm.aws.names import cluster_tag_key
 from ccm.doctor.facts import (
     AccessEntryFacts,
@@ -49,7 +50,7 @@ AccessChecker = Callable[[str, list[str], RbacRule], bool]
 
 def _describe(err: BaseException) -> str:
     if isinstance(err, ClientError):
-        return f"{err.response.get('Error', {}).get('Code', '?')}: {err.response.get('Error', {}).get('Message', '')}"
+        return f"{error_code(err) or '?'}: {error_message(err)}"
     return f"{type(err).__name__}: {err}"
 
 
@@ -161,7 +162,7 @@ def gather_access_entries(eks: Any, cluster: str, roles: dict[RoleKind, str]) ->
             found = eks.describe_access_entry(clusterName=cluster, principalArn=roles[kind])["accessEntry"]
             entry.groups = list(found.get("kubernetesGroups") or [])
         except ClientError as err:
-            if err.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            if error_code(err) != "ResourceNotFoundException":
                 entry.error = _describe(err)
         except (BotoCoreError, NotImplementedError) as err:
             entry.error = _describe(err)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ccm.aws.provider_id import provider_id_for
 from ccm.service import predicates as p
 
 TARGET_NODE_LABELS: Final = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
@@ -31,7 +32,7 @@ class MemberRecord:
         """The minimal Node shape the load balancer drivers read (name, labels, providerID)."""
         return {
             "metadata": {"name": self.name, "labels": dict(self.labels)},
-            "spec": {"providerID": f"aws:///{self.instance_id}"} if self.instance_id else {},
+            "spec": {"providerID": provider_id_for("", self.instance_id)} if self.instance_id else {},
         }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
 from ccm.membership.model import MemberRecord, StoredNode
 
 TOMBSTONE_TTL_SECONDS = 24 * 3600
@@ -94,7 +95,7 @@ class MembershipStore:
                 ExpressionAttributeValues={":rv": {"N": str(resource_version)}},
             )
         except ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            if error_code(err) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -138,7 +139,7 @@ class MembershipStore:
                 ExpressionAttributeValues={":uid": _s(uid)},
             )
         except ClientError as err:
-            if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            if error_code(err) != "ConditionalCheckFailedException":
                 raise
 
     def services(self) -> list[tuple[str, str, dict[str, str]]]:

@@ -12,10 +12,10 @@ Anything else is rejected with a reason (InvalidNodeMessage) and goes to the DLQ
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ccm.aws.provider_id import is_well_formed_instance_id
 from ccm.messages import Delta, InvalidDelta, parse_delta
 
 EC2_STATE_CHANGE: Final = "EC2 Instance State-change Notification"
@@ -23,7 +23,6 @@ SCHEDULED_EVENT: Final = "Scheduled Event"
 INSTANCE_STATES: Final = ("pending", "running", "shutting-down", "terminated", "stopping", "stopped")
 EC2_EVENTS_GROUP: Final = "ec2-instance-state"
 SAFETY_PASS_GROUP: Final = "node-safety-pass"
-_INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 
 
 class InvalidNodeMessage(ValueError):
@@ -73,7 +72,7 @@ def _eventbridge(data: dict[str, Any]) -> NodeMessage:
         raise InvalidNodeMessage("EventBridge event without id or detail")
     if detail_type == EC2_STATE_CHANGE and source == "aws.ec2":
         instance_id, state = detail.get("instance-id"), detail.get("state")
-        if not isinstance(instance_id, str) or not _INSTANCE_ID.match(instance_id):
+        if not isinstance(instance_id, str) or not is_well_formed_instance_id(instance_id):
             raise InvalidNodeMessage(f"EC2 state-change event with invalid instance-id {instance_id!r}")
         if state not in INSTANCE_STATES:
             raise InvalidNodeMessage(f"EC2 state-change event with unknown state {state!r}")

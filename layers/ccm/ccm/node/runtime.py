@@ -49,7 +49,8 @@ from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.clients import AwsClients
-from ccm.aws.instances import Ec2Instances, instance_id_from_provider_id
+from ccm.aws.instances import Ec2Instances
+from ccm.aws.provider_id import instance_id_from_provider_id
 from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings

@@ -17,12 +17,12 @@ Rules (upstream route_controller.go, extended to several cluster-tagged route ta
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ccm.aws.provider_id import instance_id_from_provider_id
 from ccm.contracts import KubeObject, Route, RouteTable
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -30,7 +30,6 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 CONDITION_TYPE = "NetworkUnavailable"
 CREATED = ("False", "RouteCreated", "RouteController created a route")
 NOT_CREATED = ("True", "NoRouteCreated", "RouteController failed to create a route")
-_INSTANCE_ID = re.compile(r"^i-[0-9a-zA-Z]+$")
 
 
 class OpKind(Enum):
@@ -80,16 +79,6 @@ def parse_cluster_cidrs(values: Iterable[str]) -> tuple[Network, ...]:
     return nets
 
 
-def instance_id_from_provider_id(provider_id: str) -> str:
-    """`aws:///<az>/<instance id>` (or a bare `i-...`) -> the instance id; "" for anything else (e.g. Fargate)."""
-    if not provider_id:
-        return ""
-    last = provider_id.rstrip("/").rsplit("/", 1)[-1]
-    if provider_id.startswith("aws://") or "/" not in provider_id:
-        return last if _INSTANCE_ID.match(last) else ""
-    return ""
-
-
 def node_routes(node: KubeObject) -> NodeRoutes:
     meta, spec = node.get("metadata") or {}, node.get("spec") or {}
     cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
@@ -97,7 +86,7 @@ def node_routes(node: KubeObject) -> NodeRoutes:
     return NodeRoutes(
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        instance_id=instance_id_from_provider_id(str(spec.get("providerID") or "")),
+        instance_id=instance_id_from_provider_id(str(spec.get("providerID") or "")) or "",
         pod_cidrs=tuple(str(c) for c in cidrs),
         network_unavailable=None if condition is None else str(condition.get("status")),
     )

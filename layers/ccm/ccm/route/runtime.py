@@ -78,7 +78,6 @@ class RouteRuntime:
         self.routes = VpcRoutes(clients, settings.vpc_id)
         self.reconciler = RouteReconciler(kube, self.routes, settings.cluster_name, settings.cluster_cidrs)
         self._queue_urls: dict[str, str] = {}
-        self.last_outcome: RouteOutcome | None = None
 
     def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         received: list[_Received] = []
@@ -131,7 +130,6 @@ class RouteRuntime:
             return most_tried.record, failure_delay(most_tried.attempt)
         finally:
             calls = add_call_metrics(metrics, self.clients.counter, "ReconcileDuration", started)
-        self.last_outcome = outcome
         for name, value in (
             ("RoutesCreated", outcome.created),
             ("RoutesReplaced", outcome.replaced),

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -88,15 +87,6 @@ class RoutesFeed:
     def __init__(self, clients: AwsClients, queue_url: str) -> None:
         self.clients = clients
         self.queue_url = queue_url
-
-    @classmethod
-    def from_env(cls, clients: AwsClients) -> RoutesFeed | None:
-        """None when routes are disabled (the template leaves ROUTES_QUEUE_URL empty)."""
-        url = os.environ.get(ROUTES_QUEUE_ENV, "")
-        return cls(clients, url) if url else None
-
-    def __call__(self, delta: Delta, routed: bool = False) -> bool:
-        return on_node_delta(delta, self, routed)
 
     def send(self, delta: Delta, dedup_id: str) -> None:
         self.clients.client("sqs").send_message(

@@ -1,4 +1,4 @@
-"""The service controller's decision table (upstream-controllers.md §1), as pure functions.
+"""The service controller's decision table (k8s.io/cloud-provider controllers/service/controller.go), as pure functions.
 
 | state                                             | action                                   |
 |---------------------------------------------------|------------------------------------------|

@@ -1,8 +1,11 @@
-"""Predicates of the upstream service controller (upstream-controllers.md §1), over plain JSON dicts."""
+"""Predicates of the upstream service controller (k8s.io/cloud-provider controllers/service/controller.go), over
+plain JSON dicts."""
 
 from __future__ import annotations
 
 from typing import Any, Final
+
+from ccm.aws.provider_id import instance_id_from_provider_id
 
 KubeObject = dict[str, Any]
 
@@ -72,14 +75,6 @@ def is_member_node(node: KubeObject) -> bool:
     return not any(t.get("key") == TO_BE_DELETED_TAINT for t in spec(node).get("taints") or [])
 
 
-def member_nodes(nodes: list[KubeObject]) -> list[KubeObject]:
-    return [n for n in nodes if is_member_node(n)]
-
-
 def instance_id(node: KubeObject) -> str | None:
-    """The EC2 instance id from `aws:///<az>/<id>` (or the legacy `aws:///<id>`)."""
-    provider_id = spec(node).get("providerID") or ""
-    if not provider_id.startswith("aws://"):
-        return None
-    last = provider_id.rstrip("/").rsplit("/", 1)[-1]
-    return last if last.startswith("i-") else None
+    """The EC2 instance id of the node's providerID (ccm.aws.provider_id), None without one."""
+    return instance_id_from_provider_id(str(spec(node).get("providerID") or ""))

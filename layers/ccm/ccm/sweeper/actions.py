@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import security_groups_model as sgm
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
 from ccm.aws.security_groups import SecurityGroups
 from ccm.messages import delta_for, message_group_id
 from ccm.service import predicates as p
@@ -33,10 +34,6 @@ class Deleted(enum.StrEnum):
     DELETED = "deleted"
     GONE = "gone"  # someone else deleted it first
     IN_USE = "in-use"  # a dependency still holds it: next run
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 class Actions:
@@ -61,7 +58,7 @@ class Actions:
                 self._revoke_node_rules_from(resource.id)
                 self.clients.ec2.delete_security_group(GroupId=resource.id)
         except ClientError as err:
-            code = _code(err)
+            code = error_code(err)
             if code in GONE:
                 return Deleted.GONE
             if code in IN_USE:

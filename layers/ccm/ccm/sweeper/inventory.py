@@ -20,6 +20,7 @@ from ccm.aws import names
 from ccm.aws import nlb_model as nm
 from ccm.aws.clb import observed_from_api
 from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
 from ccm.sweeper.model import OWNED, Kind, Resource
 
 log = logging.getLogger(__name__)
@@ -29,10 +30,6 @@ ELB_BATCH: Final = 20  # DescribeLoadBalancers / DescribeTargetGroups accept at 
 SG_FILTER_BATCH: Final = 200  # values per EC2 filter
 NOT_FOUND: Final = frozenset({"LoadBalancerNotFound", "TargetGroupNotFound", "AccessPointNotFound"})
 T = TypeVar("T")
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
@@ -92,7 +89,7 @@ class Inventory:
                         found.add(name)
                         break
                 except ClientError as err:
-                    if _code(err) not in NOT_FOUND:
+                    if error_code(err) not in NOT_FOUND:
                         raise
         return found
 
@@ -114,13 +111,13 @@ class Inventory:
             try:
                 out += describe(batch)
             except ClientError as err:
-                if _code(err) not in NOT_FOUND:
+                if error_code(err) not in NOT_FOUND:
                     raise
                 for one in batch if len(batch) > 1 else ():
                     try:
                         out += describe([one])
                     except ClientError as single:
-                        if _code(single) not in NOT_FOUND:
+                        if error_code(single) not in NOT_FOUND:
                             raise
         return out
 
@@ -153,7 +150,7 @@ class Inventory:
         try:
             listeners = self.clients.elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]
         except ClientError as err:
-            if _code(err) in NOT_FOUND:
+            if error_code(err) in NOT_FOUND:
                 return ()
             raise
         out = []
