@@ -18,12 +18,12 @@ from kubernetes import client, config
 from ccm.aws.clients import AwsClients
 from ccm.batch import Deferred
 from ccm.config import Settings
+from ccm.contracts.messages import Delta, delta_for
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
-from ccm.messages import Delta, delta_for
 from ccm.service.reconciler import SyncFailed
 from ccm.service.runtime import ServiceRuntime
 from devstack.aws import client as aws_client

@@ -17,8 +17,8 @@ import pytest
 from ccm.aws import names
 from ccm.aws.clients import CallCounter
 from ccm.config import Settings
-from ccm.messages import Delta, delta_for
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.messages import Delta, delta_for
 from ccm.service.runtime import ServiceRuntime
 from tests.integration.conftest import CLUSTER, World
 from tests.integration.test_service_reconciler import (  # noqa: F401 (fixtures)

@@ -14,6 +14,7 @@ from kubernetes import client, config
 
 from ccm.aws.clients import CallCounter
 from ccm.config import Settings
+from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership import consumer, model
@@ -21,7 +22,6 @@ from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
-from ccm.messages import delta_for, parse_delta
 from ccm.node.events import SafetyPass
 from ccm.node.runtime import NodeRuntime
 from ccm.service.runtime import ServiceRuntime

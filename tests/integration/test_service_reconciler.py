@@ -17,10 +17,10 @@ from kubernetes import client, config
 from ccm.aws import faults
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.config import Settings
+from ccm.contracts import kube as p
+from ccm.contracts.messages import delta_for
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.messages import delta_for
-from ccm.service import predicates as p
 from ccm.service.runtime import ServiceRuntime
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import CLUSTER, World

@@ -18,9 +18,10 @@ from kubernetes import client, config
 from ccm.aws import faults, names
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
+from ccm.contracts.cloud import PassFlags
+from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.messages import delta_for, parse_delta
 from ccm.service.runtime import ServiceRuntime
 from ccm.sweeper import runtime as sweeper_runtime
 from ccm.sweeper.runtime import RunReport, ServiceLister, Sweeper, SweeperSettings
@@ -265,8 +266,7 @@ def test_a_listener_edited_by_hand_requeues_the_service_and_the_reconciler_repai
     assert event["type"] == "Warning" and "listener 80 missing" in event["message"]
 
     # The reconciler, given that very delta, converges the LB; the next run finds nothing to repair.
-    stack.services.balancer.thorough = True
-    stack.services.reconciler.reconcile(delta)
+    stack.services.reconciler.reconcile(delta, PassFlags(thorough=True))
     ports = {ls["Port"] for ls in stack.elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]}
     assert ports == {80, 443}
     stack.sqs.delete_message(QueueUrl=stack.queue_url, ReceiptHandle=message["ReceiptHandle"])

@@ -15,9 +15,9 @@ from moto import mock_aws
 
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
+from ccm.contracts.messages import heartbeat_for
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.messages import heartbeat_for
 from ccm.service.runtime import ServiceRuntime, metrics
 from devstack.k8s_emulator import Emulator
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ccm.aws.instances import instance_id_from_provider_id, metadata_from_instance, node_addresses
-from ccm.messages import delta_for
+from ccm.contracts.messages import delta_for
 from ccm.node.events import (
     InstanceStateChange,
     InvalidNodeMessage,

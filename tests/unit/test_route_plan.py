@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ccm.contracts import Route, RouteTable
+from ccm.contracts.cloud import Route, RouteTable
 from ccm.route.plan import (
     NodeRoutes,
     OpKind,

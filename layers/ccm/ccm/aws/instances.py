@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from ccm.aws.clients import AwsClients
-from ccm.contracts import InstanceMetadata, InstanceNotFound, KubeObject
+from ccm.contracts.cloud import InstanceMetadata, InstanceNotFound, KubeObject
 
 FILTER_CHUNK: Final = 200  # EC2 accepts up to 200 values per filter
 PAGE_SIZE: Final = 1000
@@ -100,7 +100,7 @@ def _chunks(values: Sequence[str], size: int = FILTER_CHUNK) -> Iterator[list[st
 
 
 class Ec2Instances:
-    """`ccm.contracts.Instances` on EC2. Built once per execution environment; holds only the zone-ID cache."""
+    """`ccm.contracts.cloud.Instances` on EC2. Built once per execution environment; holds only the zone-ID cache."""
 
     def __init__(self, clients: AwsClients, region: str = "", vpc_id: str = "") -> None:
         self.clients = clients

@@ -43,7 +43,7 @@ from typing import Final
 
 from botocore.exceptions import ClientError
 
-from ccm.contracts import InvalidServiceConfig
+from ccm.contracts.cloud import InvalidServiceConfig
 
 
 class Cure(Enum):

@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
-from ccm.contracts import Route, RouteTable
+from ccm.contracts.cloud import Route, RouteTable
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups_model import IngressRule
-from ccm.contracts import CloudStateError, RetryError
+from ccm.contracts.cloud import CloudStateError, RetryError
 
 log = logging.getLogger("ccm.aws.security_groups")
 

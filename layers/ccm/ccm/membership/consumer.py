@@ -17,10 +17,10 @@ import os
 import threading
 from dataclasses import replace
 
+from ccm.contracts.messages import Delta, trim_node
 from ccm.membership.model import DEFAULT_BUCKET_SECONDS
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
-from ccm.messages import Delta, trim_node
 from ccm.node.runtime import NODE_DELTA_CONSUMERS, PERIODIC_CONSUMERS, NodeContext, PassContext
 
 _updaters: dict[tuple[str, str], MembershipUpdater] = {}

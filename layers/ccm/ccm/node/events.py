@@ -1,6 +1,6 @@
 """The three kinds of message on the nodes queue, parsed and validated (pure).
 
-1. Node deltas from the watcher (`ccm.messages`, kind Node), group = node name.
+1. Node deltas from the watcher (`ccm.contracts.messages`, kind Node), group = node name.
 2. EC2 "EC2 Instance State-change Notification" events, delivered by an EventBridge rule. EventBridge's SQS
    target takes a static MessageGroupId only (`SqsParameters.MessageGroupId`, no JSON path), so all of them share
    the group `ec2-instance-state`: they are processed in order, one at a time, which is plenty for state changes.
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ccm.messages import Delta, InvalidDelta, parse_delta
+from ccm.contracts.messages import Delta, InvalidDelta, parse_delta
 
 EC2_STATE_CHANGE: Final = "EC2 Instance State-change Notification"
 SCHEDULED_EVENT: Final = "Scheduled Event"

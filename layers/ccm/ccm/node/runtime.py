@@ -53,10 +53,10 @@ from ccm.aws.instances import Ec2Instances, instance_id_from_provider_id
 from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
-from ccm.contracts import InstanceMetadata, KubeObject, RetryError
+from ccm.contracts.cloud import InstanceMetadata, KubeObject, RetryError
+from ccm.contracts.messages import Delta
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
-from ccm.messages import Delta
 from ccm.node import model as m
 from ccm.node.api import NodeApi, describe_error
 from ccm.node.events import InstanceStateChange, InvalidNodeMessage, SafetyPass, parse_node_message

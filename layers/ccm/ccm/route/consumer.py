@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from ccm.messages import Delta, trim_node
+from ccm.contracts.messages import Delta, trim_node
 from ccm.node.runtime import NODE_DELTA_CONSUMERS, NodeContext
 from ccm.route.plan import routes_confirmed
 from ccm.route.trigger import ROUTES_QUEUE_ENV, RoutesFeed, on_node_delta

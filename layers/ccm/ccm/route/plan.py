@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ccm.contracts import KubeObject, Route, RouteTable
+from ccm.contracts.cloud import KubeObject, Route, RouteTable
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -33,10 +33,11 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.routes import VpcRoutes
 from ccm.batch import set_visibility
 from ccm.call_metrics import add_call_metrics
+from ccm.contracts.kube import RouteKubeApi
 from ccm.k8s.client import new_api_client
 from ccm.per_environment import PerEnvironment
 from ccm.retry import failure_delay
-from ccm.route.kube import RouteKube, RouteKubeApi
+from ccm.route.kube import RouteKube
 from ccm.route.plan import Network, parse_cluster_cidrs
 from ccm.route.reconciler import RouteOutcome, RouteReconciler
 from ccm.route.trigger import InvalidTrigger, Trigger, parse_trigger

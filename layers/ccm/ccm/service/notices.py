@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, LoadBalancerWarning
+from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, LoadBalancerWarning
 from ccm.service.annotations import (
     ACCESS_LOG_ANNOTATION,
     INTERNAL_ANNOTATION,

@@ -28,12 +28,13 @@ from ccm.aws.security_groups import SecurityGroups
 from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
+from ccm.contracts.cloud import PassFlags
+from ccm.contracts.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
 from ccm.membership.model import DEFAULT_BUCKET_SECONDS
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
-from ccm.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
 from ccm.per_environment import PerEnvironment
 from ccm.retry import retry_for
 from ccm.senders import Senders, sender_refusal, senders_from_env
@@ -105,11 +106,13 @@ class ServiceRuntime(FifoBatchRuntime):
         sent_ms = int(record.attributes.sent_timestamp or started * 1000)
         metrics.add_metric(name="QueueWait", unit=MetricUnit.Milliseconds, value=max(0, started * 1000 - sent_ms))
         # A retry means an earlier attempt may have crashed between two AWS calls: look for orphans too.
-        self.balancer.thorough = attempt > 1 or delta.type in ("SYNC", "DELETED")
-        self.balancer.check_attributes = delta.type != "HOSTS"  # a host update only touches targets
+        flags = PassFlags(
+            thorough=attempt > 1 or delta.type in ("SYNC", "DELETED"),
+            check_attributes=delta.type != "HOSTS",  # a host update only touches targets
+        )
         self.clients.counter.reset_thread()
         try:
-            outcome = self.reconciler.reconcile(delta)
+            outcome = self.reconciler.reconcile(delta, flags)
         except SyncFailed as err:
             retry = retry_for(err, attempt)
             if retry.waiting_on is not None:

@@ -21,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
-from ccm.contracts import KubeObject
+from ccm.contracts.cloud import KubeObject
 from ccm.k8s.kube import Kube, KubeRest
 from ccm.logs import log_fields
 from ccm.per_environment import PerEnvironment
