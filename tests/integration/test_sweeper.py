@@ -22,10 +22,10 @@ from ccm.contracts.cloud import PassFlags
 from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.service.runtime import ServiceRuntime
 from ccm.sweeper import runtime as sweeper_runtime
 from ccm.sweeper.runtime import RunReport, ServiceLister, Sweeper, SweeperSettings
 from ccm.sweeper.store import OrphanMarks
+from ccm.wiring.services import build_service_runtime
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import CLUSTER, World
 from tests.integration.test_service_reconciler import Ctx, create_service, read
@@ -84,7 +84,7 @@ class Stack:
             ],
         )["GroupId"]
         settings = Settings(CLUSTER, world.vpc_id, default_lb_type="nlb")
-        self.services = ServiceRuntime(settings, Kube(self.lambda_api), world.clients)
+        self.services = build_service_runtime(settings, Kube(self.lambda_api), world.clients)
         self.clock = Clock()
 
     def reconcile(self, svc: dict[str, Any], event: str = "ADDED") -> None:

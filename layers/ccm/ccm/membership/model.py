@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ccm.config import DEFAULT_BUCKET_SECONDS as DEFAULT_BUCKET_SECONDS
 from ccm.contracts import kube as p
 
 TARGET_NODE_LABELS: Final = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
-DEFAULT_BUCKET_SECONDS: Final = 15
 
 
 @dataclass(frozen=True, slots=True)
