@@ -23,6 +23,7 @@ from ccm.aws import clb_model as m
 from ccm.aws import names
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
+from ccm.aws.notices import annotation_notices
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
@@ -41,7 +42,6 @@ from ccm.contracts.cloud import (
 )
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LoadBalancerConfig
-from ccm.service.notices import annotation_notices
 
 log = logging.getLogger(__name__)
 
