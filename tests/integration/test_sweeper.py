@@ -25,6 +25,7 @@ from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.sweeper import runtime as sweeper_runtime
 from ccm.sweeper.runtime import RunReport, ServiceLister, Sweeper, SweeperSettings
 from ccm.sweeper.store import OrphanMarks
+from ccm.wiring import sweeper as sweeper_wiring
 from ccm.wiring.services import build_service_runtime
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import CLUSTER, World
@@ -318,14 +319,14 @@ def test_the_lambda_handler_runs_one_sweep_and_emits_the_sweeper_metrics(
     assert spec is not None and spec.loader is not None
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
-    previous = sweeper_runtime.runtime.instance
-    sweeper_runtime.runtime.instance = stack.sweeper()
+    previous = sweeper_wiring.runtime.instance
+    sweeper_wiring.runtime.instance = stack.sweeper()
     try:
         sweeper_runtime.metrics.clear_metrics()  # earlier runs in this process added metrics nobody flushed
         capsys.readouterr()
         summary = app.lambda_handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Ctx())
     finally:
-        sweeper_runtime.runtime.instance = previous
+        sweeper_wiring.runtime.instance = previous
     assert (summary["orphans"], summary["marked"], summary["deleted"]) == (4, 4, 0)
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     values = {k: v for doc in emf for k, v in doc.items() if k.startswith("Sweeper")}
