@@ -16,17 +16,17 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from kubernetes import client, config
 
 from ccm.aws.clients import AwsClients
-from ccm.aws.provider_id import provider_id_for
 from ccm.batch import Deferred
 from ccm.config import Settings
+from ccm.contracts.messages import Delta, delta_for
+from ccm.contracts.provider_id import provider_id_for
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
-from ccm.messages import Delta, delta_for
 from ccm.service.reconciler import SyncFailed
-from ccm.service.runtime import ServiceRuntime
+from ccm.wiring.services import build_service_runtime
 from devstack.aws import client as aws_client
 from devstack.aws import seed_world, start_moto_server
 from devstack.aws_faithful import FaithfulSettings
@@ -59,7 +59,7 @@ class BenchWorld:
         self.queue_url = self.sqs.create_queue(
             QueueName=f"bench-{uuid.uuid4().hex[:8]}.fifo", Attributes={"FifoQueue": "true"}
         )["QueueUrl"]
-        self.runtime = ServiceRuntime(
+        self.runtime = build_service_runtime(
             Settings(CLUSTER, self.world.vpc_id, default_lb_type=lb_type),
             Kube(from_kubeconfig(self.kubeconfig)),
             self.clients,

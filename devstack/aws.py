@@ -18,7 +18,7 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-from ccm.aws.provider_id import provider_id_for
+from ccm.contracts.provider_id import provider_id_for
 from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from devstack.queues import harden_moto_sqs

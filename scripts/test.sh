@@ -13,4 +13,6 @@ unset AWS_PROFILE AWS_ENDPOINT_URL || true
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy layers/ccm/ccm functions watcher devstack bench
+# No two-way ties between packages (pyproject.toml [tool.importlinter]).
+PYTHONPATH=layers/ccm .venv/bin/lint-imports
 .venv/bin/pytest -q "$@"

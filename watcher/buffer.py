@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from ccm.messages import KINDS, Delta
+from ccm.contracts.messages import KINDS, Delta
 
 _CoalesceKey = tuple[str, str]  # (key, uid) within one kind's queue
 

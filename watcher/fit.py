@@ -14,7 +14,7 @@ import json
 from dataclasses import replace
 from typing import Any, Final
 
-from ccm.messages import Delta
+from ccm.contracts.messages import Delta
 
 # SQS: a message (body and attributes) may not exceed the queue's MaximumMessageSize, 262,144 bytes unless raised
 # (CreateQueue API reference, "MaximumMessageSize ... Default: 262,144 (256 KiB)"). Our queues keep the default.

@@ -21,9 +21,9 @@ import threading
 import time
 from typing import Any
 
+from ccm.contracts.messages import Delta
 from ccm.k8s.rest import ApiError, KubeRest
 from ccm.k8s.watch import Watch, list_page
-from ccm.messages import Delta
 from watcher import relevance
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from ccm.messages import Delta, delta_for
+from ccm.contracts.messages import Delta, delta_for
 
 LB_FINALIZER: Final = "service.kubernetes.io/load-balancer-cleanup"
 UPSERT_TYPES: Final = ("ADDED", "MODIFIED", "SYNC")

@@ -6,9 +6,9 @@ what still fails goes back to the front of the buffer and is retried with jitter
 Entries SQS rejects in the batch's `Failed` list are retried the same way unless SQS says it is the sender's
 fault, which no retry can fix: those are logged and counted as rejected.
 
-The same thread sends the heartbeat (ccm.messages.heartbeat_for) once per heartbeat period, so the heartbeat stops
-when the sender is wedged or SQS unreachable, which is what the "watcher silence" alarm is for. A failed heartbeat
-is not retried: the next period's one says the same.
+The same thread sends the heartbeat (ccm.contracts.messages.heartbeat_for) once per heartbeat period, so the
+heartbeat stops when the sender is wedged or SQS unreachable, which is what the "watcher silence" alarm is for. A
+failed heartbeat is not retried: the next period's one says the same.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ccm.messages import Delta, heartbeat_for
+from ccm.contracts.messages import Delta, heartbeat_for
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
 from watcher.fit import MAX_MESSAGE_BYTES, body_size, fit

@@ -9,7 +9,7 @@ from typing import Any
 from bench.anchors import CLOUD_PROVIDER_AWS
 from bench.world import BenchWorld
 from ccm.aws.clients import CallCounter
-from ccm.messages import parse_delta
+from ccm.contracts.messages import parse_delta
 from devstack.aws_faithful import FaithfulSettings
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.anchors import upstream_node_burst_calls
 from bench.world import BenchWorld
-from ccm.messages import parse_delta
+from ccm.contracts.messages import parse_delta
 
 SECURITY_GROUPS = "service.beta.kubernetes.io/aws-load-balancer-security-groups"
 

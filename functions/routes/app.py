@@ -5,7 +5,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ccm.route.runtime import logger, metrics, runtime
+from ccm.route.runtime import logger, metrics
+from ccm.wiring.routes import runtime
 
 
 @logger.inject_lambda_context(clear_state=True)

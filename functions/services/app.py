@@ -4,7 +4,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ccm.service.runtime import logger, metrics, runtime
+from ccm.service.runtime import logger, metrics
+from ccm.wiring.services import runtime
 
 
 @logger.inject_lambda_context(clear_state=True)

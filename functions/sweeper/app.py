@@ -5,7 +5,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ccm.sweeper.runtime import logger, metrics, runtime, vars_of
+from ccm.sweeper.runtime import logger, metrics, vars_of
+from ccm.wiring.sweeper import runtime
 
 
 @logger.inject_lambda_context(clear_state=True)

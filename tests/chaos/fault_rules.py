@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from ccm.aws import faults
-from ccm.messages import delta_for
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.messages import delta_for
 from devstack.aws_faults import FaultRule
 from devstack.stack import Stack
 from tests.chaos import world as w

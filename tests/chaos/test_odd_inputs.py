@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client as k8s
 
 from ccm.aws.nlb_model import desired_nlb
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
 from ccm.service.annotations import parse_load_balancer_config
 from devstack.stack import Stack
 from tests.chaos import world as w

@@ -119,7 +119,7 @@ def ccm_modules_the_watcher_imports() -> set[str]:
             parts = module.split(".")
             candidates = [layer / ("/".join(parts) + ".py"), layer / "/".join(parts) / "__init__.py"]
             candidates += [layer / "/".join(parts[:i]) / "__init__.py" for i in range(1, len(parts))]
-            files = [c for c in candidates if c.is_file()]  # `from ccm.messages import Delta`: no file Delta
+            files = [c for c in candidates if c.is_file()]  # `from ccm.contracts.messages import Delta`: no file Delta
             for file in files:
                 rel = str(file.relative_to(REPO))
                 if rel not in found:
@@ -136,7 +136,16 @@ def test_only_what_the_watcher_imports_is_copied_and_the_context_is_filtered(
     # The delta contract and the small Kubernetes client, nothing of the reconcilers.
     assert ccm_imports == {
         f"layers/ccm/ccm/{m}.py"
-        for m in ["__init__", "messages", "deadline", "k8s/__init__", "k8s/rest", "k8s/kubeconfig", "k8s/watch"]
+        for m in [
+            "__init__",
+            "contracts/__init__",
+            "contracts/messages",
+            "deadline",
+            "k8s/__init__",
+            "k8s/rest",
+            "k8s/kubeconfig",
+            "k8s/watch",
+        ]
     }
     assert set(sources) == {"watcher/requirements.txt", "watcher/*.py", *ccm_imports}
     # BuildKit's <Dockerfile>.dockerignore: everything excluded except the copied sources.

@@ -192,7 +192,7 @@ def function_calls(stack: Stack, function: str, runtime_module: str) -> Counter[
 
 def service_calls(stack: Stack) -> Counter[str]:
     """Every AWS call the service reconciler made so far (botocore hooks of its own clients)."""
-    return function_calls(stack, SERVICE_FUNCTION, "ccm.service.runtime")
+    return function_calls(stack, SERVICE_FUNCTION, "ccm.wiring.services")
 
 
 def mutating(calls: Counter[str]) -> Counter[str]:
@@ -242,7 +242,7 @@ def record_calls(stack: Stack, service: str, operations: list[str]) -> Recording
     assert stack.runner is not None
     token = uuid.uuid4().hex
     stack.runner.probe(
-        SERVICE_FUNCTION, PROBES, "record", "ccm.service.runtime", token, service, operations, every_new=True
+        SERVICE_FUNCTION, PROBES, "record", "ccm.wiring.services", token, service, operations, every_new=True
     )
     return Recording(stack, token)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import boto3
 
-from ccm.messages import Delta, delta_for
+from ccm.contracts.messages import Delta, delta_for
 from devstack.sqs_sender import FUNCTIONS_KEY, FUNCTIONS_ROLE_ID, WATCHER_ROLE_ID
 from devstack.stack import SECRET, Stack
 from tests.e2e.helpers import create_service, hostname, read_service

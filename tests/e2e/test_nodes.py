@@ -99,7 +99,7 @@ def node_calls(stack: Stack) -> Counter[str]:
     """AWS calls made so far by the node controller the runner hosts (its runtime's CallCounter, in every execution
     environment). Excluded: SQS and the membership table (DynamoDB), which the membership consumer uses and
     tests/e2e/test_membership.py covers."""
-    calls = function_calls(stack, "NodeReconcilerFunction", "ccm.node.runtime")
+    calls = function_calls(stack, "NodeReconcilerFunction", "ccm.wiring.nodes")
     return Counter({op: n for op, n in calls.items() if not op.startswith(("sqs:", "dynamodb:"))})
 
 

@@ -61,7 +61,7 @@ def condition(stack: Stack, name: str) -> dict[str, Any] | None:
 
 def ec2_calls(stack: Stack) -> Counter[str]:
     """Every EC2 call the route reconciler's clients made (in its execution environments)."""
-    calls = function_calls(stack, "RouteReconcilerFunction", "ccm.route.runtime")
+    calls = function_calls(stack, "RouteReconcilerFunction", "ccm.wiring.routes")
     return Counter({k: v for k, v in calls.items() if k.startswith("ec2:")})
 
 

@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 from ccm.aws import faults
-from ccm.messages import delta_for
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.messages import delta_for
 from devstack.stack import Stack
 from tests.e2e.helpers import (
     DELETE_TIMEOUT,

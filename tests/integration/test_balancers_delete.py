@@ -19,7 +19,7 @@ from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
-from ccm.contracts import RetryError
+from ccm.contracts.cloud import PassFlags, RetryError
 from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
@@ -138,9 +138,9 @@ def test_switching_type_keeps_the_shared_group_and_its_node_rule(env: Env, befor
     env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
     (group,) = env.managed_groups()
     svc["metadata"]["annotations"][TYPE] = after
-    env.lbs.thorough = True  # a resync: the old LB is looked for and deleted once the new one is up
+    # A resync (thorough): the old LB is looked for and deleted once the new one is up.
     # Before: the old driver's cleanup revoked the node rule the new LB uses, then failed with DependencyViolation.
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), PassFlags(thorough=True))
     assert (env.nlbs(), env.clbs()) == (([], [svc_name(svc)]) if after == "clb" else ([svc_name(svc)], []))
     assert env.managed_groups() == [group]
     assert env.node_rule_sources() == [group]

@@ -23,7 +23,7 @@ import pytest
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import CallCounter
 from ccm.aws.security_groups import SecurityGroups
-from ccm.contracts import CloudStateError, ImplementedElsewhere, InvalidServiceConfig
+from ccm.contracts.cloud import CloudStateError, ImplementedElsewhere, InvalidServiceConfig
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
 

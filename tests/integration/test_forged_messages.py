@@ -17,9 +17,9 @@ import pytest
 from ccm.aws import names
 from ccm.aws.clients import CallCounter
 from ccm.config import Settings
-from ccm.messages import Delta, delta_for
-from ccm.service import predicates as p
-from ccm.service.runtime import ServiceRuntime
+from ccm.contracts import kube as p
+from ccm.contracts.messages import Delta, delta_for
+from ccm.wiring.services import build_service_runtime
 from tests.integration.conftest import CLUSTER, World
 from tests.integration.test_service_reconciler import (  # noqa: F401 (fixtures)
     create_service,
@@ -137,7 +137,7 @@ def test_a_hosts_message_cannot_hold_the_services_group_beyond_its_bucket(
 
 def test_the_built_in_controllers_load_balancer_is_never_ours(stack: dict[str, Any], world: World):
     """EKS: class-less Services belong to the built-in controller, which uses the same finalizer and LB name."""
-    stack["runtime"] = ServiceRuntime(
+    stack["runtime"] = build_service_runtime(
         Settings(CLUSTER, world.vpc_id, default_lb_type="nlb", claim_unclassed=False),
         stack["runtime"].reconciler.kube,
         world.clients,

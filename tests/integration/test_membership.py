@@ -14,17 +14,19 @@ from kubernetes import client, config
 
 from ccm.aws.clients import CallCounter
 from ccm.config import Settings
+from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.membership import consumer, model
+from ccm.membership import model
 from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
-from ccm.messages import delta_for, parse_delta
 from ccm.node.events import SafetyPass
 from ccm.node.runtime import NodeRuntime
 from ccm.service.runtime import ServiceRuntime
+from ccm.wiring.nodes import consumers
+from ccm.wiring.services import build_service_runtime
 from devstack.k8s_emulator import Emulator
 from tests.factories import node
 from tests.integration.conftest import CLUSTER, World
@@ -67,7 +69,7 @@ def user_api(tmp_path: Path) -> client.CoreV1Api:
 
 
 def service_runtime(kube: Kube, world: World, table: MembershipStore) -> ServiceRuntime:
-    return ServiceRuntime(Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), kube, world.clients, table)
+    return build_service_runtime(Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), kube, world.clients, table)
 
 
 def test_store_orders_writes_by_resource_version_and_needs_seeding(table: MembershipStore):
@@ -191,17 +193,14 @@ def test_safety_pass_removes_a_member_whose_deleted_delta_was_lost(
     SQS outage, purged DLQ) stayed a member forever. The 5-minute safety pass now reconciles the table against
     its LIST: the member goes, affected Services get a HOSTS message, and a converged pass writes nothing."""
     sqs, url = _services_queue()
-    monkeypatch.setenv("MEMBERSHIP_TABLE", "members")
-    monkeypatch.setenv("SERVICES_QUEUE_URL", url)
-    monkeypatch.setattr(consumer, "_updaters", {})  # per-environment cache: this test's moto, not a previous one
     MemberNodes(kube, table).records()  # seeded from the API: n0, n1, n2 are members
     table.register_service("default/all", "uid-all", {})
     table.register_service("default/db", "uid-db", {"role": "db"})  # selects none of them: not affected
     victim = world.nodes()[1]["metadata"]["name"]
     emulator.delete("nodes", None, victim)  # no delta reaches the nodes Lambda
-    runtime = NodeRuntime(
-        Settings(CLUSTER, world.vpc_id), kube, world.clients, delta_consumers=[], periodic_consumers=None
-    )
+    settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
+    _, on_pass = consumers(settings)  # what the nodes function's composition root wires
+    runtime = NodeRuntime(settings, kube, world.clients, delta_consumers=[], periodic_consumers=on_pass)
 
     runtime.on_safety_pass(SafetyPass("tick-1"))
 

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
-from ccm.messages import delta_for, parse_delta
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import World
 from tests.integration.test_membership import (  # noqa: F401 - fixtures

@@ -6,10 +6,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import CallCounter
-from ccm.contracts import ImplementedElsewhere, RetryError
+from ccm.contracts.cloud import ImplementedElsewhere, PassFlags, RetryError
 from ccm.retry import retry_for
 from tests.factories import node, service
 from tests.integration.conftest import CLUSTER, World
+
+THOROUGH = PassFlags(thorough=True)
 
 
 def lb_state(world: World, uid: str) -> dict:
@@ -85,8 +87,8 @@ def test_health_check_protocol_change_switches_only_once_the_new_group_is_health
     health = world.clients.elbv2.describe_target_health(TargetGroupArn=new_group)["TargetHealthDescriptions"]
     assert sorted(d["Target"]["Id"] for d in health) == sorted(world.instances)
 
-    world.nlb.thorough = True  # the queue's retry is a thorough pass: it finds the not yet attached group
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    # The queue's retry is a thorough pass: it finds the not yet attached group.
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)
     state = lb_state(world, svc["metadata"]["uid"])
     assert state["listeners"][80]["hc"] == ("HTTP", "31999")
     assert [tg["TargetGroupArn"] for tg in all_target_groups(world)] == [new_group]
@@ -127,7 +129,7 @@ def test_crash_after_target_group_creation_is_repaired_by_a_thorough_pass(world:
     assert len(all_target_groups(world)) == 1  # orphaned: not attached to any listener
 
     # The service is then deleted before any retry succeeded: the orphan must not leak.
-    world.nlb.thorough = True
+    # A delete always looks for tagged groups (delete_for_uid): no pass flag needed.
     world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
     assert all_target_groups(world) == []
 
@@ -146,8 +148,7 @@ def test_crash_after_listener_delete_leaves_no_orphan_after_retry(world: World):
         world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
     elbv2.meta.events.unregister("before-call.elastic-load-balancing-v2.DeleteTargetGroup", crash)
     assert len(all_target_groups(world)) == 2
-    world.nlb.thorough = True  # what a retry does
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)  # what a retry does
     assert len(all_target_groups(world)) == 1
 
 
@@ -216,8 +217,7 @@ def test_adopts_an_nlb_made_by_cloud_provider_aws_and_moves_traffic_without_a_ga
     listener = elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"][0]
     assert listener["DefaultActions"][0]["TargetGroupArn"] == theirs
 
-    world.nlb.thorough = True
-    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)
     assert status.ingress[0].hostname == lb["DNSName"]  # same LB: clients keep resolving the same name
     assert [x["LoadBalancerArn"] for x in elbv2.describe_load_balancers()["LoadBalancers"]] == [lb["LoadBalancerArn"]]
     state = lb_state(world, svc["metadata"]["uid"])

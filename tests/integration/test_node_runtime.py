@@ -20,9 +20,9 @@ from moto import mock_aws
 
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
+from ccm.contracts.messages import Delta, delta_for
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.messages import Delta, delta_for
 from ccm.node import model as m
 from ccm.node import runtime as node_runtime
 from ccm.node.events import EC2_EVENTS_GROUP, SAFETY_PASS_GROUP, ec2_state_change_body, scheduled_event_body

@@ -17,8 +17,8 @@ from kubernetes import client, config
 
 from ccm.aws import faults
 from ccm.aws.clients import AwsClients
+from ccm.contracts.messages import Delta, delta_for
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.messages import Delta, delta_for
 from ccm.route import runtime as route_runtime
 from ccm.route.kube import RouteKube
 from ccm.route.plan import parse_cluster_cidrs

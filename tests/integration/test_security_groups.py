@@ -17,7 +17,7 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.security_groups import SecurityGroups
-from ccm.contracts import CloudStateError, InvalidServiceConfig, RetryError
+from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig, RetryError
 from ccm.service import annotations as a
 from ccm.service.lbconfig import LoadBalancerConfig
 from devstack.aws_faithful import FaithfulSettings

@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from ccm.messages import delta_for
+from ccm.contracts.messages import delta_for
 from ccm.service import annotations as a
 from devstack.k8s_emulator import Emulator
 from tests.factories import service

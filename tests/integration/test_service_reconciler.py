@@ -17,11 +17,11 @@ from kubernetes import client, config
 from ccm.aws import faults
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.config import Settings
+from ccm.contracts import kube as p
+from ccm.contracts.messages import delta_for
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.messages import delta_for
-from ccm.service import predicates as p
-from ccm.service.runtime import ServiceRuntime
+from ccm.wiring.services import build_service_runtime
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import CLUSTER, World
 
@@ -62,7 +62,7 @@ def stack(world: World, emulator: Emulator, tmp_path: Path) -> Iterator[dict[str
     queue_url = sqs.create_queue(QueueName="svc.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})[
         "QueueUrl"
     ]
-    runtime = ServiceRuntime(
+    runtime = build_service_runtime(
         Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
         Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
         world.clients,
@@ -238,7 +238,7 @@ def test_a_failing_delete_of_an_earlier_uid_is_retried_with_backoff(
     faults.arm(faults_file, {"elasticloadbalancing:DeleteLoadBalancer": 1})
     monkeypatch.setenv(faults.ENV_VAR, str(faults_file))
     kube = stack["runtime"].reconciler.kube
-    stack["runtime"] = ServiceRuntime(
+    stack["runtime"] = build_service_runtime(
         Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), kube, AwsClients(region="us-east-1")
     )
     response = invoke(stack, [delta_for("Service", "DELETED", old).to_body()])

@@ -18,13 +18,15 @@ from kubernetes import client, config
 from ccm.aws import faults, names
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
+from ccm.contracts.cloud import PassFlags
+from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.messages import delta_for, parse_delta
-from ccm.service.runtime import ServiceRuntime
 from ccm.sweeper import runtime as sweeper_runtime
 from ccm.sweeper.runtime import RunReport, ServiceLister, Sweeper, SweeperSettings
 from ccm.sweeper.store import OrphanMarks
+from ccm.wiring import sweeper as sweeper_wiring
+from ccm.wiring.services import build_service_runtime
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import CLUSTER, World
 from tests.integration.test_service_reconciler import Ctx, create_service, read
@@ -83,7 +85,7 @@ class Stack:
             ],
         )["GroupId"]
         settings = Settings(CLUSTER, world.vpc_id, default_lb_type="nlb")
-        self.services = ServiceRuntime(settings, Kube(self.lambda_api), world.clients)
+        self.services = build_service_runtime(settings, Kube(self.lambda_api), world.clients)
         self.clock = Clock()
 
     def reconcile(self, svc: dict[str, Any], event: str = "ADDED") -> None:
@@ -265,8 +267,7 @@ def test_a_listener_edited_by_hand_requeues_the_service_and_the_reconciler_repai
     assert event["type"] == "Warning" and "listener 80 missing" in event["message"]
 
     # The reconciler, given that very delta, converges the LB; the next run finds nothing to repair.
-    stack.services.balancer.thorough = True
-    stack.services.reconciler.reconcile(delta)
+    stack.services.reconciler.reconcile(delta, PassFlags(thorough=True))
     ports = {ls["Port"] for ls in stack.elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]}
     assert ports == {80, 443}
     stack.sqs.delete_message(QueueUrl=stack.queue_url, ReceiptHandle=message["ReceiptHandle"])
@@ -318,14 +319,14 @@ def test_the_lambda_handler_runs_one_sweep_and_emits_the_sweeper_metrics(
     assert spec is not None and spec.loader is not None
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
-    previous = sweeper_runtime.runtime.instance
-    sweeper_runtime.runtime.instance = stack.sweeper()
+    previous = sweeper_wiring.runtime.instance
+    sweeper_wiring.runtime.instance = stack.sweeper()
     try:
         sweeper_runtime.metrics.clear_metrics()  # earlier runs in this process added metrics nobody flushed
         capsys.readouterr()
         summary = app.lambda_handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Ctx())
     finally:
-        sweeper_runtime.runtime.instance = previous
+        sweeper_wiring.runtime.instance = previous
     assert (summary["orphans"], summary["marked"], summary["deleted"]) == (4, 4, 0)
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     values = {k: v for doc in emf for k, v in doc.items() if k.startswith("Sweeper")}

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from ccm import deadline
-from ccm.messages import delta_for
+from ccm.contracts.messages import delta_for
 from ccm.service import runtime as service_runtime
 from devstack.k8s_emulator import Emulator
 from tests.aws_holds import held_security_groups, throttled_describe_load_balancers

@@ -15,10 +15,11 @@ from moto import mock_aws
 
 from ccm.aws.clients import AwsClients
 from ccm.config import Settings
+from ccm.contracts.messages import heartbeat_for
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
-from ccm.messages import heartbeat_for
-from ccm.service.runtime import ServiceRuntime, metrics
+from ccm.service.runtime import metrics
+from ccm.wiring.services import build_service_runtime
 from devstack.k8s_emulator import Emulator
 
 
@@ -79,7 +80,7 @@ def test_heartbeat_emits_heartbeat_and_lag_and_calls_nothing(
         )
         event = lambda_event(sqs, url)
         clients = AwsClients(region="us-east-1")
-        runtime = ServiceRuntime(
+        runtime = build_service_runtime(
             Settings("unit", "vpc-1"), Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))), clients
         )
         emulator.request_log.clear()

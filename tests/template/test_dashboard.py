@@ -188,7 +188,7 @@ def test_every_alarm_watches_a_live_metric_and_notifies_when_asked(scenario: str
 
 _EMF_PROBE = """
 import json, sys, time
-from ccm.messages import heartbeat_for
+from ccm.contracts.messages import heartbeat_for
 from ccm.service.runtime import ServiceRuntime, metrics
 ServiceRuntime.on_heartbeat(heartbeat_for("probe", time.time(), 60), time.time())
 metrics.flush_metrics()

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from ccm.sweeper.runtime import SweeperSettings
+from ccm.wiring.settings import settings_from_env
+from ccm.wiring.sweeper import sweeper_settings
 from tests.template.cfn import ROOT, Stack
 
 READ_PREFIXES = ("Describe", "Get", "Query")
@@ -56,7 +57,7 @@ def test_the_sweeper_is_a_scheduled_arm64_function_with_the_settings_the_code_re
     # What the code makes of it.
     for key, value in env.items():
         monkeypatch.setenv(key, str(value))
-    settings = SweeperSettings.from_env()
+    settings = sweeper_settings(settings_from_env())
     assert settings.dry_run is True and settings.grace_seconds == 45 * 60
     assert settings.table == "<MembershipTable>" and settings.services_queue_url == "<ServicesQueue>"
 
@@ -69,14 +70,14 @@ def test_defaults_delete_after_thirty_minutes_and_the_switch_removes_everything(
     assert (env["SWEEPER_DRY_RUN"], env["SWEEPER_GRACE_MINUTES"]) == ("false", 30)
     for key, value in env.items():
         monkeypatch.setenv(key, str(value))
-    assert SweeperSettings.from_env().dry_run is False
+    assert sweeper_settings(settings_from_env()).dry_run is False
     # Without the nodes Lambda MEMBERSHIP_TABLE is empty; the sweeper still has its table.
     no_nodes = Stack({"EnableNodes": "false"})
     for key, value in no_nodes.value(
         no_nodes.resources["SweeperFunction"]["Properties"]["Environment"]["Variables"]
     ).items():
         monkeypatch.setenv(key, str(value))
-    assert os.environ["MEMBERSHIP_TABLE"] == "" and SweeperSettings.from_env().table == "<MembershipTable>"
+    assert os.environ["MEMBERSHIP_TABLE"] == "" and sweeper_settings(settings_from_env()).table == "<MembershipTable>"
     off = Stack({"EnableSweeper": "false"})
     assert not [k for k in off.resources if k.startswith("Sweeper")]
     assert [k for k in on.resources if k.startswith("Sweeper")]

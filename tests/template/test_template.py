@@ -17,7 +17,7 @@ from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
 from ccm.aws.security_groups import DELETE_RETRY_SECONDS
-from ccm.messages import InvalidDelta, parse_delta
+from ccm.contracts.messages import InvalidDelta, parse_delta
 from ccm.retry import FAILURE_BUDGET_SECONDS, MAX_RECEIVES, budget_seconds, wait_delay
 
 ROOT = Path(__file__).resolve().parents[2]

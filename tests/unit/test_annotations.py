@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ccm.aws import nlb_model
-from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig
+from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig
 from ccm.service import annotations as a
 from ccm.service.lbconfig import AccessLog, ConnectionDraining, HealthCheckConfig, Listener, LoadBalancerConfig
 from tests.factories import service

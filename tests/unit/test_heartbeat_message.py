@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ccm import messages
+from ccm.contracts import messages
 from ccm.node.events import InvalidNodeMessage, parse_node_message
 
 

@@ -1,6 +1,6 @@
+from ccm.contracts import kube as p
+from ccm.contracts.messages import delta_for
 from ccm.membership import model
-from ccm.messages import delta_for
-from ccm.service import predicates as p
 from tests.factories import node, service
 
 

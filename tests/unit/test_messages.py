@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ccm import messages
+from ccm.contracts import messages
 from tests.factories import node, service
 
 

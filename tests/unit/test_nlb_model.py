@@ -2,7 +2,7 @@ import pytest
 
 from ccm.aws import nlb_model as m
 from ccm.aws.subnets import choose_subnets
-from ccm.contracts import InvalidServiceConfig
+from ccm.contracts.cloud import InvalidServiceConfig
 from ccm.service.annotations import parse_load_balancer_config
 from tests.factories import node, service
 

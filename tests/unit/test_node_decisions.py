@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ccm.contracts import InstanceMetadata
+from ccm.contracts.cloud import InstanceMetadata
 from ccm.node import initializer as init
 from ccm.node import lifecycle as lc
 from ccm.node import model as m

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from ccm.aws.instances import metadata_from_instance, node_addresses
-from ccm.aws.provider_id import instance_id_from_provider_id
-from ccm.messages import delta_for
+from ccm.contracts.messages import delta_for
+from ccm.contracts.provider_id import instance_id_from_provider_id
 from ccm.node.events import (
     InstanceStateChange,
     InvalidNodeMessage,

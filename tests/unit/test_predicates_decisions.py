@@ -1,8 +1,8 @@
 import pytest
 
-from ccm.messages import delta_for
+from ccm.contracts import kube as p
+from ccm.contracts.messages import delta_for
 from ccm.retry import failure_delay
-from ccm.service import predicates as p
 from ccm.service.decisions import Action, decide, ingress_equal
 from tests.factories import node, service
 
@@ -115,7 +115,7 @@ def test_ingress_equality_and_backoff():
 
 
 def test_hosts_hint_updates_hosts_only_when_the_lb_is_in_place():
-    from ccm.messages import Delta
+    from ccm.contracts.messages import Delta
 
     svc = service(finalizers=[p.FINALIZER])
     hosts = Delta("Service", "HOSTS", "default/web", svc["metadata"]["uid"], "hosts-1", 0.0, {"notBefore": 15.0})

@@ -1,4 +1,4 @@
-"""The one providerID parser and formatter (ccm.aws.provider_id), against cloud-provider-aws's MapToAWSInstanceID."""
+"""The one providerID parser and formatter (ccm.contracts.provider_id) against upstream MapToAWSInstanceID."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, cast
 import pytest
 
 from ccm.aws.instances import Ec2Instances
-from ccm.aws.provider_id import instance_id_from_provider_id, is_well_formed_instance_id, provider_id_for
+from ccm.contracts.provider_id import instance_id_from_provider_id, is_well_formed_instance_id, provider_id_for
 
 ACCEPTED = [
     # upstream's own table (pkg/providers/v1/instances_test.go, TestMapToAWSInstanceIDs)

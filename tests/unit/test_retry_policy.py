@@ -6,7 +6,7 @@ import pytest
 
 from ccm import deadline, retry
 from ccm.aws.security_groups import DELETE_RETRY_SECONDS
-from ccm.contracts import RetryError
+from ccm.contracts.cloud import RetryError
 from ccm.service.reconciler import SyncFailed
 
 FIFTEEN_MINUTES = 15 * 60

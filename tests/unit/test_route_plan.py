@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ccm.contracts import Route, RouteTable
+from ccm.contracts.cloud import Route, RouteTable
 from ccm.route.plan import (
     NodeRoutes,
     OpKind,
@@ -175,7 +175,7 @@ def test_cluster_cidrs_one_or_two_of_different_families() -> None:
     ],
 )
 def test_instance_id_from_provider_id(provider_id: str, instance: str) -> None:
-    # The parser is ccm.aws.provider_id (its own table in test_provider_id); the planner's "" means no instance.
+    # The parser is ccm.contracts.provider_id (its own table in test_provider_id); the planner's "" means no instance.
     assert node_routes({"metadata": {"name": "n"}, "spec": {"providerID": provider_id}}).instance_id == instance
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ccm.messages import Delta, delta_for
+from ccm.contracts.messages import Delta, delta_for
 from ccm.route.plan import routes_confirmed
 from ccm.route.trigger import InvalidTrigger, parse_trigger, route_dedup_id
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ccm.messages import Delta
+from ccm.contracts.messages import Delta
 from watcher.buffer import DeltaBuffer
 
 

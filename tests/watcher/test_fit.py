@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ccm.messages import delta_for
+from ccm.contracts.messages import delta_for
 from tests.watcher.objects import FINALIZER, service
 from watcher.fit import MAX_MESSAGE_BYTES, body_size, fit
 

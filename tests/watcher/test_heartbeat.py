@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ccm.messages import HEARTBEAT, parse_delta
+from ccm.contracts.messages import HEARTBEAT, parse_delta
 from devstack.k8s_emulator import Emulator
 from tests.watcher.conftest import receive_all, sqs_client, wait_until
 from watcher.app import Watcher

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ccm.messages import parse_delta
+from ccm.contracts.messages import parse_delta
 from devstack.k8s_emulator import Emulator
 from tests.watcher.conftest import receive_all, wait_until
 from tests.watcher.objects import service

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import copy
 
-from ccm.messages import parse_delta, trim_service
+from ccm.contracts.messages import parse_delta, trim_service
 from tests.watcher.objects import FINALIZER, bump, node, service, with_uid
 from watcher.relevance import (
     CacheEntry,

@@ -11,7 +11,7 @@ import pytest
 from botocore.stub import Stubber
 from moto.server import ThreadedMotoServer
 
-from ccm.messages import Delta, parse_delta
+from ccm.contracts.messages import Delta, parse_delta
 from tests.watcher.conftest import free_port, receive_all, sqs_client, wait_until
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer

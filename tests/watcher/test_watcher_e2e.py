@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from moto.server import ThreadedMotoServer
 
-from ccm.messages import Delta, parse_delta
+from ccm.contracts.messages import Delta, parse_delta
 from devstack.k8s_emulator import Emulator
 from tests.watcher.conftest import free_port, receive_all, sqs_client, wait_until
 from tests.watcher.objects import node, service

@@ -1,11 +1,16 @@
-"""Runtime settings, read once per execution environment from the Lambda environment."""
+"""The settings of every function, as one value. Reading them from the environment is the composition root's
+job (ccm.wiring.settings, once per execution environment): nothing below it reads the environment."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
-DEFAULT_LOAD_BALANCER_CLASS = "ccm.aws/serverless"
+DEFAULT_LOAD_BALANCER_CLASS: Final = "ccm.aws/serverless"
+# How long node changes are coalesced into one HOSTS message (the nodes Lambda) and the longest a HOSTS message
+# may wait (the services Lambda): both read the same variable.
+DEFAULT_BUCKET_SECONDS: Final = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,15 +26,15 @@ class Settings:
     claim_unclassed: bool = True
     # security-groups / extra-security-groups may name any group of the VPC (else only cluster-tagged ones).
     any_annotation_security_group: bool = False
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        return cls(
-            cluster_name=os.environ["CLUSTER_NAME"],
-            vpc_id=os.environ.get("VPC_ID", ""),
-            load_balancer_class=os.environ.get("LOAD_BALANCER_CLASS") or DEFAULT_LOAD_BALANCER_CLASS,
-            region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION", ""),
-            default_lb_type=os.environ.get("DEFAULT_LOAD_BALANCER_TYPE") or "clb",
-            claim_unclassed=os.environ.get("SERVICES_WITHOUT_CLASS", "claim").strip().lower() != "ignore",
-            any_annotation_security_group=os.environ.get("ANNOTATION_SECURITY_GROUPS", "").strip().lower() == "any",
-        )
+    # Membership table and the services queue ("": membership off; the services Lambda then LISTs nodes).
+    membership_table: str = ""
+    services_queue_url: str = ""
+    routes_queue_url: str = ""  # "": routes disabled (the nodes Lambda forwards nothing)
+    cluster_cidrs: tuple[str, ...] = ()  # raw CLUSTER_CIDRS items; the routes root parses and refuses bad ones
+    host_bucket_seconds: float = DEFAULT_BUCKET_SECONDS
+    # Who may send which message (ccm.senders; None: not configured, anyone the queue policy admits).
+    senders: Mapping[str, frozenset[str] | None] | None = None
+    # The sweeper.
+    sweeper_table: str = ""
+    sweeper_dry_run: bool = False
+    sweeper_grace_seconds: float = 1800.0

@@ -18,7 +18,6 @@ policy still limits to the account.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Final
 
@@ -39,8 +38,8 @@ OWNERS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
 Senders = Mapping[str, frozenset[str] | None]  # role -> its principal ids (None: any)
 
 
-def senders_from_env(environ: Mapping[str, str] | None = None) -> Senders | None:
-    env = os.environ if environ is None else environ
+def senders_from_env(env: Mapping[str, str]) -> Senders | None:
+    """The SENDERS_* variables of `env` (the composition root passes the environment: ccm.wiring.settings)."""
     if not any(f"SENDERS_{role.upper()}" in env for role in ROLES):
         return None
     found: dict[str, frozenset[str] | None] = {}

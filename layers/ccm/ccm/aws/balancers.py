@@ -13,74 +13,44 @@ deleted LB's network interfaces let go (RetryError: the queue comes back).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from typing import Protocol
 
 from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws.refusals import as_refusal
 from ccm.aws.security_groups import SecurityGroups
-from ccm.contracts import InvalidServiceConfig, KubeObject, LoadBalancerStatus, RetryError
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.cloud import (
+    ROUTINE,
+    InvalidServiceConfig,
+    KubeObject,
+    LoadBalancerDriver,
+    LoadBalancerStatus,
+    PassFlags,
+    RetryError,
+)
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LbType
 
 
-class Driver(Protocol):
-    thorough: bool
-    check_attributes: bool
-
-    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]: ...
-    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str: ...
-    def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
-    ) -> LoadBalancerStatus: ...
-    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None: ...
-    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None: ...
-    def delete_for_uid(self, uid: str) -> bool:
-        """Delete this type's LB of the UID and what only it uses, never the shared security group; True when no
-        LB of this type is left under that name (False: one was left in place, e.g. not tagged for us)."""
-        ...
-
-    def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
-
-
 class LoadBalancers:
     def __init__(
-        self, nlb: Driver, clb: Driver, default_type: LbType, *, security_groups: SecurityGroups | None = None
+        self,
+        nlb: LoadBalancerDriver,
+        clb: LoadBalancerDriver,
+        default_type: LbType,
+        *,
+        security_groups: SecurityGroups | None = None,
     ) -> None:
-        self.drivers: dict[str, Driver] = {"nlb": nlb, "clb": clb}
+        self.drivers: dict[str, LoadBalancerDriver] = {"nlb": nlb, "clb": clb}
         self.security_groups = security_groups
         self.default_type: LbType = default_type
-        self._local = threading.local()
-
-    # Per-reconcile flags, handed to both drivers.
-    @property
-    def thorough(self) -> bool:
-        return bool(getattr(self._local, "thorough", False))
-
-    @thorough.setter
-    def thorough(self, value: bool) -> None:
-        self._local.thorough = value
-        for driver in self.drivers.values():
-            driver.thorough = value
-
-    @property
-    def check_attributes(self) -> bool:
-        return bool(getattr(self._local, "check_attributes", True))
-
-    @check_attributes.setter
-    def check_attributes(self, value: bool) -> None:
-        self._local.check_attributes = value
-        for driver in self.drivers.values():
-            driver.check_attributes = value
 
     def lb_type(self, service: KubeObject) -> str:
         return parse_load_balancer_config(service, default_lb_type=self.default_type).lb_type
 
-    def _driver(self, service: KubeObject) -> Driver:
+    def _driver(self, service: KubeObject) -> LoadBalancerDriver:
         return self.drivers[self.lb_type(service)]
 
     # -- contract ---------------------------------------------------------------------------------------------
@@ -99,18 +69,18 @@ class LoadBalancers:
             return None, False
 
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> LoadBalancerStatus:
         chosen = self.lb_type(service)
         try:
-            status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes)
+            status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags)
         except ClientError as err:
             # Only an answer the Service author alone can cure is "invalid" (no retry); see ccm.aws.refusals.
             refusal = as_refusal(err)
             if refusal is None:
                 raise
             raise refusal from err
-        if self.thorough or _hostname_changed(service, status):
+        if flags.thorough or _hostname_changed(service, status):
             uid = p.meta(service)["uid"]
             for other, driver in self.drivers.items():
                 if other != chosen and driver.load_balancer_exists_for_uid(uid):
@@ -119,8 +89,10 @@ class LoadBalancers:
                     driver.delete_for_uid(uid)
         return status
 
-    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
-        self._driver(service).update_load_balancer(cluster_name, service, nodes)
+    def update_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+    ) -> None:
+        self._driver(service).update_load_balancer(cluster_name, service, nodes, flags)
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
         self.delete_for_uid(p.meta(service)["uid"])

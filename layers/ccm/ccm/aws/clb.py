@@ -1,4 +1,4 @@
-"""The Classic ELB driver: implements ccm.contracts.LoadBalancer with the `elb` API, reading as little as it can.
+"""The Classic ELB driver: implements ccm.contracts.cloud.LoadBalancer with the `elb` API, reading as little as it can.
 
 A CLB describes itself in one call (listeners, policies, health check, subnets, groups, instances), so an ordinary
 pass reads DescribeLoadBalancers, DescribeTags (ownership) and DescribeLoadBalancerAttributes, plus subnet
@@ -24,11 +24,13 @@ from ccm.aws import names
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.aws.passflags import PassFlags
+from ccm.aws.notices import annotation_notices
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
-from ccm.contracts import (
+from ccm.contracts import kube as p
+from ccm.contracts.cloud import (
+    ROUTINE,
     CloudStateError,
     ImplementedElsewhere,
     Ingress,
@@ -36,12 +38,11 @@ from ccm.contracts import (
     KubeObject,
     LoadBalancerStatus,
     LoadBalancerWarning,
+    PassFlags,
     RetryError,
 )
-from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LoadBalancerConfig
-from ccm.service.notices import annotation_notices
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def _status(dns_name: str) -> LoadBalancerStatus:
     return LoadBalancerStatus((Ingress(hostname=dns_name),))
 
 
-class ClassicLoadBalancers(PassFlags):
+class ClassicLoadBalancers:
     def __init__(
         self,
         clients: AwsClients,
@@ -58,7 +59,6 @@ class ClassicLoadBalancers(PassFlags):
         our_class: str,
         security_groups: SecurityGroups | None = None,
     ) -> None:
-        super().__init__()
         self.clients = clients
         self.vpc_id = vpc_id
         self.our_class = our_class
@@ -78,7 +78,7 @@ class ClassicLoadBalancers(PassFlags):
         return (None, False) if lb is None else (_status(lb["DNSName"]), True)
 
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> LoadBalancerStatus:
         config = self._config(service)  # before any AWS call: invalid input changes nothing
         uid = p.meta(service)["uid"]
@@ -103,7 +103,7 @@ class ClassicLoadBalancers(PassFlags):
             observed = m.observed_after_create(desired, self._create_lb(desired))
         else:
             attributes = None  # not read: attributes are left as they are
-            if self.check_attributes:
+            if flags.check_attributes:
                 described = self.elb.describe_load_balancer_attributes(LoadBalancerName=name)
                 attributes = described["LoadBalancerAttributes"]
             observed = observed_from_api(lb, tags, attributes)
@@ -117,7 +117,9 @@ class ClassicLoadBalancers(PassFlags):
         notices = annotation_notices(config, p.annotations_of(service))
         return replace(_status(observed.dns_name), warnings=tuple(warnings), notices=notices)
 
-    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
+    def update_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+    ) -> None:
         """Only the instances: a host update never changes anything else (a Service change does that)."""
         config = self._config(service)
         desired = m.desired_clb(service, config, nodes, cluster_name)

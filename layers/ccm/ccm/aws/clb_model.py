@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ccm.aws import names
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
 from ccm.service.lbconfig import TRAFFIC_PORT, LoadBalancerConfig
 
 # Policy names as cloud-provider-aws makes them, so policies on adopted LBs are recognised and reused.

@@ -7,7 +7,7 @@ InvalidInstanceID.NotFound, a filter just leaves it out. Zone IDs come from one 
 execution environment (zones do not change under a running Lambda).
 
 The pure half (`node_addresses`, `metadata_from_instance`) turns plain DescribeInstances dicts into
-`InstanceMetadata`; the `Ec2Instances` class does the I/O. ProviderIDs are read and written by ccm.aws.provider_id.
+`InstanceMetadata`; the `Ec2Instances` class does the I/O. ProviderIDs: ccm.contracts.provider_id.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from ccm.aws.clients import AwsClients
-from ccm.aws.provider_id import instance_id_from_provider_id, is_well_formed_instance_id, provider_id_for
-from ccm.contracts import InstanceMetadata, InstanceNotFound, KubeObject
+from ccm.contracts.cloud import InstanceMetadata, InstanceNotFound, KubeObject
+from ccm.contracts.provider_id import instance_id_from_provider_id, is_well_formed_instance_id, provider_id_for
 
 FILTER_CHUNK: Final = 200  # EC2 accepts up to 200 values per filter
 PAGE_SIZE: Final = 1000
@@ -92,7 +92,7 @@ def _chunks(values: Sequence[str], size: int = FILTER_CHUNK) -> Iterator[list[st
 
 
 class Ec2Instances:
-    """`ccm.contracts.Instances` on EC2. Built once per execution environment; holds only the zone-ID cache."""
+    """`ccm.contracts.cloud.Instances` on EC2. Built once per execution environment; holds only the zone-ID cache."""
 
     def __init__(self, clients: AwsClients, region: str = "", vpc_id: str = "") -> None:
         self.clients = clients

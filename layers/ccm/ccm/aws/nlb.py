@@ -1,4 +1,4 @@
-"""The NLB driver: implements ccm.contracts.LoadBalancer with ELBv2, reading as little as it can.
+"""The NLB driver: implements ccm.contracts.cloud.LoadBalancer with ELBv2, reading as little as it can.
 
 Reads on a no-op reconcile: DescribeLoadBalancers (by name), DescribeListeners, DescribeTargetGroups (by LB)
 and one DescribeTargetHealth per target group. A thorough pass (retries after a crash, periodic resync, and every
@@ -20,22 +20,23 @@ from ccm.aws import nlb_model as m
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.aws.passflags import PassFlags
+from ccm.aws.notices import annotation_notices
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
-from ccm.contracts import (
+from ccm.contracts import kube as p
+from ccm.contracts.cloud import (
+    ROUTINE,
     ImplementedElsewhere,
     Ingress,
     KubeObject,
     LoadBalancerStatus,
     LoadBalancerWarning,
+    PassFlags,
     RetryError,
 )
-from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config, validate_against_subnets
 from ccm.service.lbconfig import LoadBalancerConfig
-from ccm.service.notices import annotation_notices
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,10 @@ log = logging.getLogger(__name__)
 FIXED_SETTING = "LoadBalancerSettingFixed"
 
 
-class NetworkLoadBalancers(PassFlags):
+class NetworkLoadBalancers:
     def __init__(
         self, clients: AwsClients, vpc_id: str, our_class: str, security_groups: SecurityGroups | None = None
     ) -> None:
-        super().__init__()
         self.clients = clients
         self.security_groups = security_groups
         self.vpc_id = vpc_id
@@ -65,7 +65,7 @@ class NetworkLoadBalancers(PassFlags):
         return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),)), True
 
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> LoadBalancerStatus:
         if not p.belongs_to_us(service, self.our_class):
             raise ImplementedElsewhere()
@@ -82,22 +82,22 @@ class NetworkLoadBalancers(PassFlags):
             validate_against_subnets(config, choice.ids, cidrs)
             placement = m.placement(config, choice.ids, cidrs or {})
             warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, choice.warning)] if choice.warning else []
-        elif self.check_attributes:
+        elif flags.check_attributes:
             wanted_subnets = self._subnets(config, cluster_name, nodes).ids if config.subnets else None
             warnings = [LoadBalancerWarning(FIXED_SETTING, w) for w in m.placement_warnings(lb, config, wanted_subnets)]
         uid = p.meta(service)["uid"]
         # Observed before any write (groups included), so references the listeners already use are not re-read.
-        observed = None if lb is None else self._observe(lb, uid, with_targets=True, desired=desired)
+        observed = None if lb is None else self._observe(lb, uid, flags, with_targets=True, desired=desired)
         used = refs.in_use(lb, (ls.certificate for ls in observed.listeners) if observed else ())
         wanted = refs.wanted(config, creating=lb is None, placement_fixed=True)
         if lb is not None and not lb.get("SecurityGroups"):  # created without groups: they would never be used
             wanted = replace(wanted, security_groups=frozenset())
         self.references.verify(wanted - used, config)
-        group_ids, unreachable = self._ensure_groups(service, config, desired, lb, nodes)
+        group_ids, unreachable = self._ensure_groups(service, config, desired, lb, nodes, flags)
         warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
             lb = self._create_lb(desired, placement, group_ids)
-            observed = self._observe(lb, uid, with_targets=True, desired=desired, created=created)
+            observed = self._observe(lb, uid, flags, with_targets=True, desired=desired, created=created)
         assert observed is not None
         refused = self._apply(m.plan(desired, observed), observed, desired)
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
@@ -124,12 +124,13 @@ class NetworkLoadBalancers(PassFlags):
         desired: m.NLBSpec,
         lb: dict[str, Any] | None,
         nodes: Sequence[KubeObject],
+        flags: PassFlags,
     ) -> tuple[list[str], str | None]:
         """Security groups: a new NLB gets a managed group (listener ports from the source ranges) and ONE rule on
         the node group; an NLB created without groups (AWS cannot add them later) is left as it is."""
         if (
             self.security_groups is None
-            or not self.check_attributes
+            or not flags.check_attributes
             or (lb is not None and not lb.get("SecurityGroups"))
         ):
             return [], None
@@ -142,7 +143,9 @@ class NetworkLoadBalancers(PassFlags):
         ids = [i for i in map(p.instance_id, nodes) if i]
         return group_ids, self.security_groups.ensure_node_access(group_ids, desired.name, uid, ids)
 
-    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
+    def update_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+    ) -> None:
         """Only the targets: a host update never changes listeners or groups (a Service change does that)."""
         if not p.belongs_to_us(service, self.our_class):
             raise ImplementedElsewhere()
@@ -151,7 +154,7 @@ class NetworkLoadBalancers(PassFlags):
         lb = self._describe_lb(desired.name)
         if lb is None:
             raise RetryError("load balancer not created yet", delay_seconds=5)
-        observed = self._observe(lb, p.meta(service)["uid"], with_targets=True)
+        observed = self._observe(lb, p.meta(service)["uid"], flags, with_targets=True)
         targets_only = [
             op for op in m.plan(desired, observed) if isinstance(op, m.RegisterTargets | m.DeregisterTargets)
         ]
@@ -226,6 +229,7 @@ class NetworkLoadBalancers(PassFlags):
         self,
         lb: dict[str, Any],
         uid: str,
+        flags: PassFlags,
         with_targets: bool,
         desired: m.NLBSpec | None = None,
         created: bool = False,
@@ -234,7 +238,7 @@ class NetworkLoadBalancers(PassFlags):
         observed = m.ObservedNLB(arn=lb_arn, dns_name=lb["DNSName"], scheme=lb.get("Scheme", ""))
         if desired is not None and created:
             observed.attributes = dict(m.AWS_DEFAULT_LB_ATTRIBUTES)  # a new LB has the defaults: no read needed
-        elif desired is not None and self.check_attributes:
+        elif desired is not None and flags.check_attributes:
             raw = elbv2.describe_load_balancer_attributes(LoadBalancerArn=lb_arn)["Attributes"]
             observed.attributes = {a["Key"]: a["Value"] for a in raw}
         wanted_tg_attributes = {
@@ -256,7 +260,7 @@ class NetworkLoadBalancers(PassFlags):
                 )
             )
         groups = {tg["TargetGroupArn"]: tg for tg in self._target_groups_of(lb_arn)}
-        if self.thorough:
+        if flags.thorough:
             orphans = [arn for arn in self._tagged_target_groups(uid) if arn not in groups]
             if orphans:
                 for tg in elbv2.describe_target_groups(TargetGroupArns=orphans)["TargetGroups"]:
@@ -273,7 +277,7 @@ class NetworkLoadBalancers(PassFlags):
                     d["Target"]["Id"] for d in health if d.get("TargetHealth", {}).get("State") == "healthy"
                 )
             attributes = None
-            if wanted_tg_attributes.get(tg["TargetGroupName"]) and self.check_attributes:
+            if wanted_tg_attributes.get(tg["TargetGroupName"]) and flags.check_attributes:
                 raw = elbv2.describe_target_group_attributes(TargetGroupArn=arn)["Attributes"]
                 attributes = {a["Key"]: a["Value"] for a in raw}
             observed.target_groups[arn] = m.ObservedTargetGroup(

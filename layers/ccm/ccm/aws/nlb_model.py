@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ccm.aws import names
-from ccm.contracts import InvalidServiceConfig
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.cloud import InvalidServiceConfig
 from ccm.service.annotations import PREFIX as ANNOTATION_PREFIX
 from ccm.service.lbconfig import LoadBalancerConfig
 

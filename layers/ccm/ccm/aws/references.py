@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.contracts import CloudStateError, InvalidServiceConfig
+from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig
 from ccm.service.annotations import (
     EIP_ANNOTATION,
     EXTRA_SECURITY_GROUPS_ANNOTATION,

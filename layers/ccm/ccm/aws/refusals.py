@@ -44,7 +44,7 @@ from typing import Final
 from botocore.exceptions import ClientError
 
 from ccm.aws.errors import error_code, error_message
-from ccm.contracts import InvalidServiceConfig
+from ccm.contracts.cloud import InvalidServiceConfig
 
 
 class Cure(Enum):

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code, error_message
-from ccm.contracts import Route, RouteTable
+from ccm.contracts.cloud import Route, RouteTable
 
 log = logging.getLogger(__name__)
 

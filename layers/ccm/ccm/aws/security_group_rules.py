@@ -18,7 +18,7 @@ from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.security_groups_model import IngressRule
-from ccm.contracts import CloudStateError, RetryError
+from ccm.contracts.cloud import CloudStateError, RetryError
 
 log = logging.getLogger("ccm.aws.security_groups")
 

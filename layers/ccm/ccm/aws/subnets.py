@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccm.aws.names import CLUSTER_TAG_PREFIX, cluster_tag_key
-from ccm.contracts import CloudStateError
+from ccm.contracts.cloud import CloudStateError
 from ccm.service.annotations import SUBNETS_ANNOTATION
 from ccm.service.lbconfig import LoadBalancerConfig
 

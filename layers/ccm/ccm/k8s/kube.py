@@ -7,7 +7,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from ccm.contracts import KubeObject
+from ccm.contracts.cloud import KubeObject
 from ccm.k8s.rest import MERGE_PATCH, ApiError, KubeRest, quote
 
 __all__ = ["MERGE_PATCH", "ApiError", "Kube", "KubeRest", "node_path", "now", "service_path"]

@@ -1,8 +1,6 @@
-"""Load balancer membership as a node delta consumer and a periodic consumer of the nodes Lambda
-(ccm.node.runtime.NODE_DELTA_CONSUMERS / PERIODIC_CONSUMERS).
-
-Importing this module registers both; functions/nodes/app.py imports it. Without MEMBERSHIP_TABLE and
-SERVICES_QUEUE_URL in the environment it does nothing. It judges the node as it is NOW (`ctx.node()`): a node the
+"""Load balancer membership as a node delta consumer and a periodic consumer of the nodes Lambda: the composition
+root (ccm.wiring.nodes) builds one `Membership` when the membership table and the services queue are configured and
+hands its two methods to the NodeRuntime. It judges the node as it is NOW (`ctx.node()`): a node the
 node controller just initialised (providerID set by this very record) becomes a member without waiting for the
 watcher to report the change back.
 
@@ -13,53 +11,47 @@ member whose node is gone is removed, and its Services told, within one pass ins
 
 from __future__ import annotations
 
-import os
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
+from ccm.aws.clients import AwsClients
+from ccm.contracts.messages import Delta, trim_node
 from ccm.membership.model import DEFAULT_BUCKET_SECONDS
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
-from ccm.messages import Delta, trim_node
-from ccm.node.runtime import NODE_DELTA_CONSUMERS, PERIODIC_CONSUMERS, NodeContext, PassContext
-
-_updaters: dict[tuple[str, str], MembershipUpdater] = {}
-_lock = threading.Lock()
+from ccm.node.runtime import NodeContext, PassContext
 
 
-def _updater(table: str, queue_url: str, ctx: NodeContext | PassContext) -> MembershipUpdater:
-    """One per execution environment: its memory of the buckets already told survives warm invocations."""
-    with _lock:
-        key = (table, queue_url)
-        if key not in _updaters:
-            bucket = int(os.environ.get("HOST_UPDATE_BUCKET_SECONDS") or DEFAULT_BUCKET_SECONDS)
-            store = MembershipStore(table, ctx.clients)
-            _updaters[key] = MembershipUpdater(store, ctx.clients.client("sqs"), queue_url, bucket_seconds=bucket)
-        return _updaters[key]
+@dataclass
+class Membership:
+    table: str
+    queue_url: str
+    bucket_seconds: int = DEFAULT_BUCKET_SECONDS
+    _updater: MembershipUpdater | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
+    def updater(self, clients: AwsClients) -> MembershipUpdater:
+        """One per execution environment (this object lives as long as the runtime): its memory of the buckets
+        already told survives warm invocations. Built on first use, with the record's call-counting clients."""
+        with self._lock:
+            if self._updater is None:
+                store = MembershipStore(self.table, clients)
+                self._updater = MembershipUpdater(
+                    store, clients.client("sqs"), self.queue_url, bucket_seconds=self.bucket_seconds
+                )
+            return self._updater
 
-def membership_consumer(delta: Delta, ctx: NodeContext) -> None:
-    table, queue_url = os.environ.get("MEMBERSHIP_TABLE", ""), os.environ.get("SERVICES_QUEUE_URL", "")
-    if not table or not queue_url or delta.kind != "Node":
-        return
-    if delta.type != "DELETED":
-        live = ctx.node()
-        if live is None:
-            delta = replace(delta, type="DELETED")
-        else:
-            rv = str((live.get("metadata") or {}).get("resourceVersion") or delta.resource_version)
-            delta = replace(delta, object=trim_node(live), resource_version=rv)
-    _updater(table, queue_url, ctx).on_node_delta(delta)
+    def on_node_delta(self, delta: Delta, ctx: NodeContext) -> None:
+        if delta.kind != "Node":
+            return
+        if delta.type != "DELETED":
+            live = ctx.node()
+            if live is None:
+                delta = replace(delta, type="DELETED")
+            else:
+                rv = str((live.get("metadata") or {}).get("resourceVersion") or delta.resource_version)
+                delta = replace(delta, object=trim_node(live), resource_version=rv)
+        self.updater(ctx.clients).on_node_delta(delta)
 
-
-def membership_pass(ctx: PassContext) -> None:
-    table, queue_url = os.environ.get("MEMBERSHIP_TABLE", ""), os.environ.get("SERVICES_QUEUE_URL", "")
-    if not table or not queue_url:
-        return
-    _updater(table, queue_url, ctx).reconcile(ctx.nodes, ctx.list_resource_version)
-
-
-if membership_consumer not in NODE_DELTA_CONSUMERS:  # idempotent if the module is imported twice
-    NODE_DELTA_CONSUMERS.append(membership_consumer)
-if membership_pass not in PERIODIC_CONSUMERS:
-    PERIODIC_CONSUMERS.append(membership_pass)
+    def on_safety_pass(self, ctx: PassContext) -> None:
+        self.updater(ctx.clients).reconcile(ctx.nodes, ctx.list_resource_version)

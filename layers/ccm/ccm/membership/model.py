@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ccm.aws.provider_id import provider_id_for
-from ccm.service import predicates as p
+from ccm.config import DEFAULT_BUCKET_SECONDS as DEFAULT_BUCKET_SECONDS
+from ccm.contracts import kube as p
+from ccm.contracts.provider_id import provider_id_for
 
 TARGET_NODE_LABELS: Final = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
-DEFAULT_BUCKET_SECONDS: Final = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ def member_record(node: Mapping[str, Any]) -> MemberRecord | None:
 
 
 def member_record_from_trimmed(name: str, trimmed: Mapping[str, Any], resource_version: str) -> MemberRecord | None:
-    """Same, from the trimmed Node a delta carries (ccm.messages.trim_node)."""
+    """Same, from the trimmed Node a delta carries (ccm.contracts.messages.trim_node)."""
     node = {
         "metadata": {"name": name, "labels": trimmed.get("labels") or {}, "resourceVersion": resource_version},
         "spec": {"providerID": trimmed.get("providerID", ""), "taints": trimmed.get("taints") or []},

@@ -3,15 +3,9 @@ from a paginated LIST of Nodes, which then seeds the table."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from ccm.contracts import KubeObject
+from ccm.contracts.kube import KubeObject, NodeLister
 from ccm.membership import model
 from ccm.membership.store import MembershipStore
-
-
-class NodeLister(Protocol):
-    def list_nodes(self) -> list[KubeObject]: ...
 
 
 class MemberNodes:

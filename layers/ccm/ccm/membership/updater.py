@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ccm.contracts.messages import Delta
 from ccm.membership import model
 from ccm.membership.store import MembershipStore
-from ccm.messages import Delta
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ccm.contracts import KubeObject
+from ccm.contracts.cloud import KubeObject
 from ccm.k8s.kube import Kube, node_path
 from ccm.k8s.rest import ApiError
 

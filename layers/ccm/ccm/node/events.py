@@ -1,6 +1,6 @@
 """The three kinds of message on the nodes queue, parsed and validated (pure).
 
-1. Node deltas from the watcher (`ccm.messages`, kind Node), group = node name.
+1. Node deltas from the watcher (`ccm.contracts.messages`, kind Node), group = node name.
 2. EC2 "EC2 Instance State-change Notification" events, delivered by an EventBridge rule. EventBridge's SQS
    target takes a static MessageGroupId only (`SqsParameters.MessageGroupId`, no JSON path), so all of them share
    the group `ec2-instance-state`: they are processed in order, one at a time, which is plenty for state changes.
@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ccm.aws.provider_id import is_well_formed_instance_id
-from ccm.messages import Delta, InvalidDelta, parse_delta
+from ccm.contracts.messages import Delta, InvalidDelta, parse_delta
+from ccm.contracts.provider_id import is_well_formed_instance_id
 
 EC2_STATE_CHANGE: Final = "EC2 Instance State-change Notification"
 SCHEDULED_EVENT: Final = "Scheduled Event"

@@ -13,7 +13,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Final
 
-from ccm.contracts import InstanceMetadata, KubeObject
+from ccm.contracts.cloud import InstanceMetadata, KubeObject
 from ccm.node import model as m
 
 # (primary, secondary): upstream's labelReconcileInfo keeps the beta label as the source of truth and makes sure

@@ -18,7 +18,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Final
 
-from ccm.contracts import InstanceMetadata, KubeObject
+from ccm.contracts.cloud import InstanceMetadata, KubeObject
 from ccm.node import model as m
 
 SHUTDOWN_TAINT_SPEC: Final = {"key": m.SHUTDOWN_TAINT, "effect": "NoSchedule"}

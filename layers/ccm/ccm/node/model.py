@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ccm.contracts import KubeObject
+from ccm.contracts.cloud import KubeObject
 
 UNINITIALIZED_TAINT: Final = "node.cloudprovider.kubernetes.io/uninitialized"
 SHUTDOWN_TAINT: Final = "node.cloudprovider.kubernetes.io/shutdown"

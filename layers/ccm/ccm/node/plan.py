@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccm.contracts import InstanceMetadata, KubeObject
+from ccm.contracts.cloud import InstanceMetadata, KubeObject
 from ccm.node import initializer as init
 from ccm.node import lifecycle as lc
 from ccm.node import model as m

@@ -1,24 +1,22 @@
 """The nodes Lambda: one record of the nodes FIFO queue at a time, dispatched by what it is.
 
     Node delta (watcher, group = node name)     -> our step: initialise / lifecycle of that node (0 AWS calls
-                                                   unless tainted or Ready=Unknown), then NODE_DELTA_CONSUMERS
+                                                   unless tainted or Ready=Unknown), then the delta consumers
     EC2 state change (EventBridge rule)         -> lifecycle of the node(s) whose providerID is that instance
     Scheduled Event (EventBridge, every 5 min)  -> the safety pass over all nodes (one filtered DescribeInstances
-                                                   per 200 nodes), then every PERIODIC_CONSUMERS
+                                                   per 200 nodes), then every periodic consumer
     anything else                               -> logged with the reason, made visible at once -> DLQ
 
 Addresses of initialised nodes are refreshed by the safety pass and by `running` events (upstream refreshes every
 5 minutes), not on every Node delta: that would cost a DescribeInstances per Node change.
 
-Extension points (load-balancer membership and routes plug in here)::
+Extension points (load-balancer membership and routes plug in here): the composition root (ccm.wiring.nodes)
+passes the consumers to the constructor; nothing registers itself at import::
 
-    from ccm.node.runtime import NODE_DELTA_CONSUMERS, PERIODIC_CONSUMERS, NodeContext, PassContext
+    def on_node_delta(delta: Delta, ctx: NodeContext) -> None: ...   # e.g. ccm.membership.consumer.Membership
+    def on_safety_pass(ctx: PassContext) -> None: ...                # e.g. the membership safety pass
 
-    def on_node_delta(delta: Delta, ctx: NodeContext) -> None: ...   # e.g. membership.on_node_delta(delta)
-    def on_safety_pass(ctx: PassContext) -> None: ...                # e.g. the route safety pass
-
-    NODE_DELTA_CONSUMERS.append(on_node_delta)   # at import time of your module; import that module from
-    PERIODIC_CONSUMERS.append(on_safety_pass)    # functions/nodes/app.py (the handler) so it is registered
+    NodeRuntime(settings, kube, clients, delta_consumers=[on_node_delta], periodic_consumers=[on_safety_pass])
 
 Contract for consumers:
 - They run after our own step, in list order, for every Node delta (ADDED, MODIFIED, SYNC, DELETED and any
@@ -39,7 +37,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -50,22 +48,22 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.instances import Ec2Instances
-from ccm.aws.provider_id import instance_id_from_provider_id
 from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
-from ccm.contracts import InstanceMetadata, KubeObject, RetryError
-from ccm.k8s.client import new_api_client
+from ccm.contracts.cloud import InstanceMetadata, KubeObject, RetryError
+from ccm.contracts.messages import Delta
+from ccm.contracts.provider_id import instance_id_from_provider_id
 from ccm.k8s.kube import Kube
-from ccm.messages import Delta
 from ccm.node import model as m
 from ccm.node.api import NodeApi, describe_error
 from ccm.node.events import InstanceStateChange, InvalidNodeMessage, SafetyPass, parse_node_message
 from ccm.node.sync import NodeSync, SyncResult
-from ccm.per_environment import PerEnvironment
 from ccm.retry import FAILURE_BASE_SECONDS, Retry, retry_for
-from ccm.senders import Senders, sender_refusal, senders_from_env
+from ccm.senders import Senders, sender_refusal
 
+# Process-level: the handler's decorators need these at import, before any composition root runs, and Powertools
+# reads its own POWERTOOLS_* variables anyway (the defaults keep the metrics valid when they are unset).
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "node-reconciler")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
 
@@ -115,8 +113,6 @@ class PassContext:
 
 NodeDeltaConsumer = Callable[[Delta, NodeContext], None]
 PeriodicConsumer = Callable[[PassContext], None]
-NODE_DELTA_CONSUMERS: list[NodeDeltaConsumer] = []
-PERIODIC_CONSUMERS: list[PeriodicConsumer] = []
 
 
 class StepsFailed(Exception):
@@ -136,8 +132,8 @@ class NodeRuntime(FifoBatchRuntime):
         kube: Kube,
         clients: AwsClients,
         *,
-        delta_consumers: list[NodeDeltaConsumer] | None = None,
-        periodic_consumers: list[PeriodicConsumer] | None = None,
+        delta_consumers: Sequence[NodeDeltaConsumer] = (),
+        periodic_consumers: Sequence[PeriodicConsumer] = (),
     ) -> None:
         super().__init__(clients)
         self.settings = settings
@@ -145,18 +141,18 @@ class NodeRuntime(FifoBatchRuntime):
         self.api = NodeApi(kube)
         self.instances = Ec2Instances(clients, settings.region, settings.vpc_id)
         self.sync = NodeSync(self.api, self.instances)
-        # None: the module registries, read at call time (so modules imported later still count).
-        self._delta_consumers = delta_consumers
-        self._periodic_consumers = periodic_consumers
-        self.senders: Senders | None = senders_from_env()  # who may send Node deltas (ccm.senders)
+        # Run after our own step, in this order (see the module docstring for their contract).
+        self._delta_consumers = list(delta_consumers)
+        self._periodic_consumers = list(periodic_consumers)
+        self.senders: Senders | None = settings.senders  # who may send Node deltas (ccm.senders)
 
     @property
     def delta_consumers(self) -> list[NodeDeltaConsumer]:
-        return NODE_DELTA_CONSUMERS if self._delta_consumers is None else self._delta_consumers
+        return self._delta_consumers
 
     @property
     def periodic_consumers(self) -> list[PeriodicConsumer]:
-        return PERIODIC_CONSUMERS if self._periodic_consumers is None else self._periodic_consumers
+        return self._periodic_consumers
 
     # -- one record -----------------------------------------------------------------------------------------
     def handle_record(self, record: SQSRecord) -> None:
@@ -348,11 +344,3 @@ def _age_seconds(node: KubeObject | None) -> float | None:
         return None
     created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
     return max(0.0, time.time() - created.timestamp())
-
-
-def _default_runtime() -> NodeRuntime:
-    settings = Settings.from_env()
-    return NodeRuntime(settings, Kube(new_api_client()), AwsClients(region=os.environ.get("AWS_REGION")))
-
-
-runtime: PerEnvironment[NodeRuntime] = PerEnvironment(_default_runtime)

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ccm.contracts import InstanceMetadata, Instances, KubeObject
+from ccm.contracts.cloud import InstanceMetadata, Instances, KubeObject
 from ccm.node import lifecycle as lc
 from ccm.node import model as m
 from ccm.node.api import LIFECYCLE_CONTROLLER, Conflict, NodeApi, describe_error

@@ -5,20 +5,14 @@ Plain JSON dicts in and out, like ccm.k8s.kube (whose paginated node listing thi
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from ccm.contracts import KubeObject
+from ccm.contracts.kube import KubeObject
 from ccm.k8s.kube import Kube, node_path
 from ccm.k8s.rest import STRATEGIC_MERGE_PATCH, ApiError, KubeRest
 from ccm.route.plan import NodeRoutes
 
 EVENT_COMPONENT = "route_controller"  # upstream's event source for route events
-
-
-class RouteKubeApi(Protocol):
-    def list_nodes(self) -> list[KubeObject]: ...
-    def patch_node_status(self, name: str, patch: dict[str, Any]) -> bool: ...
-    def record_node_event(self, node: NodeRoutes, event_type: str, reason: str, message: str) -> None: ...
 
 
 class RouteKube:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ccm.aws.provider_id import instance_id_from_provider_id
-from ccm.contracts import KubeObject, Route, RouteTable
+from ccm.contracts.cloud import KubeObject, Route, RouteTable
+from ccm.contracts.provider_id import instance_id_from_provider_id
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

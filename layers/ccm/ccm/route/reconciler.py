@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ccm.aws.routes import error_text
-from ccm.contracts import Routes
+from ccm.contracts.cloud import Routes
+from ccm.contracts.kube import RouteKubeApi
 from ccm.k8s.kube import now
 from ccm.route import plan as p
-from ccm.route.kube import RouteKubeApi
 
 log = logging.getLogger(__name__)
 

@@ -33,14 +33,15 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.routes import VpcRoutes
 from ccm.batch import set_visibility
 from ccm.call_metrics import add_call_metrics
-from ccm.k8s.client import new_api_client
-from ccm.per_environment import PerEnvironment
+from ccm.config import Settings
+from ccm.contracts.kube import RouteKubeApi
 from ccm.retry import failure_delay
-from ccm.route.kube import RouteKube, RouteKubeApi
 from ccm.route.plan import Network, parse_cluster_cidrs
 from ccm.route.reconciler import RouteOutcome, RouteReconciler
 from ccm.route.trigger import InvalidTrigger, Trigger, parse_trigger
 
+# Process-level: the handler's decorators need these at import, before any composition root runs, and Powertools
+# reads its own POWERTOOLS_* variables anyway (the defaults keep the metrics valid when they are unset).
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "route-reconciler")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
 log = logging.getLogger(__name__)
@@ -53,12 +54,13 @@ class RouteSettings:
     cluster_cidrs: tuple[Network, ...]
 
     @classmethod
-    def from_env(cls) -> RouteSettings:
-        """Raises ValueError when CLUSTER_CIDRS is empty or invalid: routes cannot run without it."""
+    def of(cls, settings: Settings) -> RouteSettings:
+        """The route controller's view of the settings. Raises ValueError when CLUSTER_CIDRS is empty or invalid:
+        routes cannot run without it."""
         return cls(
-            cluster_name=os.environ["CLUSTER_NAME"],
-            vpc_id=os.environ.get("VPC_ID", ""),
-            cluster_cidrs=parse_cluster_cidrs(os.environ.get("CLUSTER_CIDRS", "").split(",")),
+            cluster_name=settings.cluster_name,
+            vpc_id=settings.vpc_id,
+            cluster_cidrs=parse_cluster_cidrs(list(settings.cluster_cidrs)),
         )
 
 
@@ -167,16 +169,3 @@ class RouteRuntime:
                     }
                 )
         set_visibility(self.clients, self._queue_urls, by_queue)
-
-
-def _default_runtime() -> RouteRuntime:
-    settings = RouteSettings.from_env()
-    return RouteRuntime(settings, RouteKube(new_api_client()), AwsClients(region=os.environ.get("AWS_REGION")))
-
-
-runtime: PerEnvironment[RouteRuntime] = PerEnvironment(_default_runtime)
-
-
-def full_pass() -> RouteOutcome:
-    """Entry point for a one-off thorough pass with the environment's settings."""
-    return runtime().full_pass()

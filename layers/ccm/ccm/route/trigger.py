@@ -1,7 +1,7 @@
 """What starts a route reconcile, and how it reaches the routes queue.
 
 The routes queue (SQS FIFO, ONE message group `routes`) carries two kinds of message body:
-- a Node delta (schema v1, ccm.messages), forwarded by the nodes Lambda through `on_node_delta` when it can
+- a Node delta (schema v1, ccm.contracts.messages), forwarded by the nodes Lambda through `on_node_delta` when it can
   change routes: a node gone (DELETED), or a node that has pod CIDRs and a providerID but not yet our
   NetworkUnavailable=False/RouteCreated condition. Pod CIDRs and providerID are immutable once set, so a node
   whose routes were confirmed needs nothing until it goes (drift is the periodic pass's job): a watcher resync
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ccm.aws.clients import AwsClients
-from ccm.messages import Delta, InvalidDelta, parse_delta
+from ccm.contracts.messages import Delta, InvalidDelta, parse_delta
 
 log = logging.getLogger(__name__)
 

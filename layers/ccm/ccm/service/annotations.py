@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from ccm.aws import names
-from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig
 from ccm.service.lbconfig import (
     ALL_PORTS,
     TRAFFIC_PORT,

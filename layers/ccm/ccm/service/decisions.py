@@ -21,8 +21,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ccm.messages import Delta
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.messages import Delta
 
 KubeObject = p.KubeObject
 

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, KubeObject, LoadBalancer, RetryError
-from ccm.messages import Delta
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.cloud import (
+    ROUTINE,
+    ImplementedElsewhere,
+    InvalidServiceConfig,
+    KubeObject,
+    LoadBalancer,
+    OwnershipReader,
+    PassFlags,
+    RetryError,
+)
+from ccm.contracts.kube import KubeServices, Members
+from ccm.contracts.messages import Delta
 from ccm.service.decisions import Action, decide, ingress_equal
 from ccm.service.hints import hint_delete_refusal, leave_to_other_controller
 
@@ -21,34 +31,6 @@ log = logging.getLogger(__name__)
 # Upstream's reason for every failed ensure or delete (alerts of cloud-provider-aws users key on it); the message
 # says what failed, naming the annotation and the value for bad input.
 FAILED = "SyncLoadBalancerFailed"
-
-
-class KubeServices(Protocol):
-    def get_service(self, namespace: str, name: str) -> KubeObject | None: ...
-    def set_finalizers(self, svc: KubeObject, finalizers: list[str]) -> KubeObject: ...
-    def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> bool: ...
-    def record_event(self, obj: KubeObject, event_type: str, reason: str, message: str) -> None: ...
-
-
-class Members(Protocol):
-    """Member nodes of a Service (ccm.membership.nodes.MemberNodes) and the registry of LB Services."""
-
-    def for_service(self, svc: KubeObject) -> list[KubeObject]: ...
-    def register(self, svc: KubeObject, first_time: bool = False) -> None: ...
-    def unregister(self, svc: KubeObject) -> None: ...
-
-
-class UidDeleter(Protocol):
-    """Deletes the LB of a UID whose Service object is gone (or was replaced under the same name)."""
-
-    def delete_for_uid(self, uid: str) -> None: ...
-    def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
-
-
-class OwnershipReader(Protocol):
-    """The tags of every resource named for a UID (ccm.aws.ownership.Ownership)."""
-
-    def tags_for_uid(self, uid: str) -> list[dict[str, str]]: ...
 
 
 class SyncFailed(Exception):
@@ -73,7 +55,7 @@ class ServiceReconciler:
         self,
         kube: KubeServices,
         balancer: LoadBalancer,
-        by_uid: UidDeleter,
+        by_uid: LoadBalancer,
         members: Members,
         cluster_name: str,
         our_class: str,
@@ -90,7 +72,8 @@ class ServiceReconciler:
         self.claim_unclassed = claim_unclassed
         self.ownership = ownership
 
-    def reconcile(self, delta: Delta) -> Outcome:
+    def reconcile(self, delta: Delta, flags: PassFlags = ROUTINE) -> Outcome:
+        """`flags`: how much the drivers look at in this pass (the runtime decides them per record)."""
         namespace, name = delta.namespace_name
         live = self.kube.get_service(namespace, name)
         decision = decide(delta, live, self.our_class, self.claim_unclassed)
@@ -120,11 +103,12 @@ class ServiceReconciler:
                 self._ensure(
                     live,
                     outcome,
+                    flags,
                     quiet=delta.type == "SYNC" and has_status,
                     register=delta.type in ("ADDED", "MODIFIED"),
                 )
             elif decision.action is Action.UPDATE_HOSTS:
-                self._update_hosts(live, outcome)
+                self._update_hosts(live, outcome, flags)
             else:
                 self._delete(live, outcome, write_status=decision.action is Action.DELETE)
         except InvalidServiceConfig as err:
@@ -147,7 +131,7 @@ class ServiceReconciler:
         return outcome
 
     # -- ENSURE path ----------------------------------------------------------------------------------------------
-    def _ensure(self, svc: KubeObject, outcome: Outcome, quiet: bool, register: bool) -> None:
+    def _ensure(self, svc: KubeObject, outcome: Outcome, flags: PassFlags, quiet: bool, register: bool) -> None:
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
         current_ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
@@ -166,7 +150,7 @@ class ServiceReconciler:
                 svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
             )
         try:
-            status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes)
+            status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes, flags)
         except ImplementedElsewhere:
             return
         if status is None:
@@ -184,14 +168,14 @@ class ServiceReconciler:
             self.members.register(svc)
 
     # -- node-driven host update (UpdateLoadBalancer) ------------------------------------------------------------
-    def _update_hosts(self, svc: KubeObject, outcome: Outcome) -> None:
+    def _update_hosts(self, svc: KubeObject, outcome: Outcome, flags: PassFlags) -> None:
         nodes = self.members.for_service(svc)
         if not nodes:
             self._event(
                 svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
             )
         try:
-            self.balancer.update_load_balancer(self.cluster_name, svc, nodes)
+            self.balancer.update_load_balancer(self.cluster_name, svc, nodes, flags)
         except ImplementedElsewhere:
             return
         except (InvalidServiceConfig, RetryError):

@@ -19,27 +19,18 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from ccm.aws.balancers import LoadBalancers
-from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import AwsClients
-from ccm.aws.nlb import NetworkLoadBalancers
-from ccm.aws.ownership import Ownership
-from ccm.aws.security_groups import SecurityGroups
 from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
-from ccm.k8s.client import new_api_client
-from ccm.k8s.kube import Kube
-from ccm.membership.model import DEFAULT_BUCKET_SECONDS
-from ccm.membership.nodes import MemberNodes
-from ccm.membership.store import MembershipStore
-from ccm.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
-from ccm.per_environment import PerEnvironment
+from ccm.contracts.cloud import LoadBalancer, PassFlags
+from ccm.contracts.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
 from ccm.retry import retry_for
-from ccm.senders import Senders, sender_refusal, senders_from_env
+from ccm.senders import Senders, sender_refusal
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
 
-# Defaults keep the metrics valid even when the module was imported before the environment was set.
+# Process-level: the handler's decorators need these at import, before any composition root runs, and Powertools
+# reads its own POWERTOOLS_* variables anyway (the defaults keep the metrics valid when they are unset).
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "service-reconciler")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
 log = logging.getLogger(__name__)
@@ -49,31 +40,17 @@ class ServiceRuntime(FifoBatchRuntime):
     """Built once per execution environment and reused by warm invocations."""
 
     def __init__(
-        self, settings: Settings, kube: Kube, clients: AwsClients, store: MembershipStore | None = None
+        self, settings: Settings, clients: AwsClients, reconciler: ServiceReconciler, balancer: LoadBalancer
     ) -> None:
+        """Built by the composition root (ccm.wiring.services.build_service_runtime)."""
         super().__init__(clients)
         self.settings = settings
         # The nodes Lambda's coalescing bucket (same variable): the longest a HOSTS message may wait.
-        self.host_bucket_seconds = float(os.environ.get("HOST_UPDATE_BUCKET_SECONDS") or DEFAULT_BUCKET_SECONDS)
+        self.host_bucket_seconds = settings.host_bucket_seconds
         # Who may send which kind of message to this queue (ccm.senders; from the template's role ids).
-        self.senders: Senders | None = senders_from_env()
-        groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name, settings.any_annotation_security_group)
-        self.balancer = LoadBalancers(
-            NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
-            ClassicLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
-            "nlb" if settings.default_lb_type == "nlb" else "clb",
-            security_groups=groups,
-        )
-        self.reconciler = ServiceReconciler(
-            kube,
-            self.balancer,
-            self.balancer,
-            MemberNodes(kube, store),
-            settings.cluster_name,
-            settings.load_balancer_class,
-            settings.claim_unclassed,
-            ownership=Ownership(clients, settings.vpc_id, settings.cluster_name),
-        )
+        self.senders: Senders | None = settings.senders
+        self.balancer = balancer
+        self.reconciler = reconciler
 
     def handle_record(self, record: SQSRecord) -> None:
         started = time.time()
@@ -105,11 +82,13 @@ class ServiceRuntime(FifoBatchRuntime):
         sent_ms = int(record.attributes.sent_timestamp or started * 1000)
         metrics.add_metric(name="QueueWait", unit=MetricUnit.Milliseconds, value=max(0, started * 1000 - sent_ms))
         # A retry means an earlier attempt may have crashed between two AWS calls: look for orphans too.
-        self.balancer.thorough = attempt > 1 or delta.type in ("SYNC", "DELETED")
-        self.balancer.check_attributes = delta.type != "HOSTS"  # a host update only touches targets
+        flags = PassFlags(
+            thorough=attempt > 1 or delta.type in ("SYNC", "DELETED"),
+            check_attributes=delta.type != "HOSTS",  # a host update only touches targets
+        )
         self.clients.counter.reset_thread()
         try:
-            outcome = self.reconciler.reconcile(delta)
+            outcome = self.reconciler.reconcile(delta, flags)
         except SyncFailed as err:
             retry = retry_for(err, attempt)
             if retry.waiting_on is not None:
@@ -163,13 +142,3 @@ class ServiceRuntime(FifoBatchRuntime):
         logger.debug(
             "watcher heartbeat", extra={"replica": delta.object.get("replica"), "period": delta.resource_version}
         )
-
-
-def _default_runtime() -> ServiceRuntime:
-    settings = Settings.from_env()
-    clients = AwsClients(region=os.environ.get("AWS_REGION"))
-    table = os.environ.get("MEMBERSHIP_TABLE")
-    return ServiceRuntime(settings, Kube(new_api_client()), clients, MembershipStore(table, clients) if table else None)
-
-
-runtime: PerEnvironment[ServiceRuntime] = PerEnvironment(_default_runtime)

@@ -19,8 +19,8 @@ from ccm.aws import security_groups_model as sgm
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.security_groups import SecurityGroups
-from ccm.messages import delta_for, message_group_id
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.messages import delta_for, message_group_id
 from ccm.sweeper.drift import Drift
 from ccm.sweeper.model import Kind, Resource, cluster_owned
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
-from ccm.contracts import InvalidServiceConfig, KubeObject
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.cloud import InvalidServiceConfig, KubeObject
 from ccm.service.lbconfig import LbType
 from ccm.sweeper.model import Kind, Resource, View, Wanted, cleanup_pending, wanted
 

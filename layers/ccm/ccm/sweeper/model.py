@@ -35,8 +35,8 @@ from typing import Final
 
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
-from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, KubeObject
-from ccm.service import predicates as p
+from ccm.contracts import kube as p
+from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, KubeObject
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LbType, LoadBalancerConfig
 

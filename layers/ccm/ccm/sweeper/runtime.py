@@ -21,10 +21,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
-from ccm.contracts import KubeObject
+from ccm.contracts.cloud import KubeObject
 from ccm.k8s.kube import Kube, KubeRest
 from ccm.logs import log_fields
-from ccm.per_environment import PerEnvironment
 from ccm.service.lbconfig import LbType
 from ccm.sweeper import drift as d
 from ccm.sweeper import model as m
@@ -32,6 +31,8 @@ from ccm.sweeper.actions import Actions, Deleted
 from ccm.sweeper.inventory import Inventory
 from ccm.sweeper.store import OrphanMarks
 
+# Process-level: the handler's decorators need these at import, before any composition root runs, and Powertools
+# reads its own POWERTOOLS_* variables anyway (the defaults keep the metrics valid when they are unset).
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "sweeper")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
 log = logging.getLogger(__name__)
@@ -46,13 +47,16 @@ class SweeperSettings:
     grace_seconds: float = 1800.0
 
     @classmethod
-    def from_env(cls) -> SweeperSettings:
+    def of(cls, settings: Settings) -> SweeperSettings:
+        """The sweeper's view of the settings; it cannot run without its queue and its table."""
+        if not settings.services_queue_url or not settings.sweeper_table:
+            raise ValueError("the sweeper needs SERVICES_QUEUE_URL and SWEEPER_TABLE (or MEMBERSHIP_TABLE)")
         return cls(
-            base=Settings.from_env(),
-            services_queue_url=os.environ["SERVICES_QUEUE_URL"],
-            table=os.environ.get("SWEEPER_TABLE") or os.environ["MEMBERSHIP_TABLE"],
-            dry_run=os.environ.get("SWEEPER_DRY_RUN", "false").strip().lower() in ("1", "true", "yes"),
-            grace_seconds=60.0 * float(os.environ.get("SWEEPER_GRACE_MINUTES") or 30),
+            base=settings,
+            services_queue_url=settings.services_queue_url,
+            table=settings.sweeper_table,
+            dry_run=settings.sweeper_dry_run,
+            grace_seconds=settings.sweeper_grace_seconds,
         )
 
     @property
@@ -238,14 +242,3 @@ class Sweeper:
 
 def vars_of(report: RunReport) -> dict[str, Any]:
     return {f.name: getattr(report, f.name) for f in fields(report)}
-
-
-def _default_sweeper() -> Sweeper:
-    from ccm.k8s.client import new_api_client  # the Kubernetes client is built once per execution environment
-
-    settings = SweeperSettings.from_env()
-    api_client = new_api_client()
-    return Sweeper(settings, Kube(api_client), ServiceLister(api_client), AwsClients(region=settings.base.region))
-
-
-runtime: PerEnvironment[Sweeper] = PerEnvironment(_default_sweeper)

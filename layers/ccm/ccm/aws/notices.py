@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, LoadBalancerWarning
+from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, LoadBalancerWarning
 from ccm.service.annotations import (
     ACCESS_LOG_ANNOTATION,
     INTERNAL_ANNOTATION,
@@ -107,7 +107,7 @@ def annotation_notices(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`kubectl get svc -A -o json | python -m ccm.service.notices [clb|nlb]`: the Warnings each LoadBalancer
+    """`kubectl get svc -A -o json | python -m ccm.aws.notices [clb|nlb]`: the Warnings each LoadBalancer
     Service would get, before the switch (adopted Services get them only at their next change)."""
     args = list(sys.argv[1:] if argv is None else argv)
     default: LbType = "nlb" if args == ["nlb"] else "clb"

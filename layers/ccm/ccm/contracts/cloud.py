@@ -1,7 +1,13 @@
-"""The cloud contracts, after `k8s.io/cloud-provider` cloud.go (seed 001).
+"""The cloud contracts, after `k8s.io/cloud-provider` cloud.go.
 
 Controllers depend only on these protocols; AWS drivers (ccm.aws.*) implement them. Kubernetes objects are
-passed as plain JSON dicts (exactly what the API server returned) and must be treated as read-only.
+passed as plain JSON dicts (exactly what the API server returned, ccm.contracts.kube) and must be treated as
+read-only.
+
+Load balancers come in two layers: `LoadBalancer` is what the service controller calls (upstream's interface plus
+the by-UID calls a Service that is gone needs; ccm.aws.balancers.LoadBalancers picks the type), `LoadBalancerDriver`
+is one type's driver behind it (ccm.aws.nlb, ccm.aws.clb). Both take the pass's `PassFlags` as an argument on
+every call that reads AWS state: nothing per-record is stored on a driver that several records share.
 """
 
 from __future__ import annotations
@@ -10,10 +16,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ccm.contracts.kube import KubeObject as KubeObject
+
 # The wait signal lives with the retry policy; drivers keep importing it from here.
 from ccm.retry import RetryError as RetryError
 
-KubeObject = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class PassFlags:
+    """How much one reconcile of one Service looks at (decided per record by the services runtime).
+
+    `thorough`: also look for what a crash may have orphaned (retries, resyncs, deletes).
+    `check_attributes`: read and converge attributes (every pass but node-driven host updates).
+    """
+
+    thorough: bool = False
+    check_attributes: bool = True
+
+
+ROUTINE = PassFlags()  # a first attempt of an ADDED/MODIFIED delta
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +68,7 @@ class LoadBalancerStatus:
     # Not part of the API status: the reconciler turns each into a Warning event on the Service. (Upstream's
     # EnsureLoadBalancer can only fail; we converge everything else and still say what we did not do.)
     warnings: tuple[LoadBalancerWarning, ...] = field(default=(), compare=False)
-    # What the annotations mean here that the upstream controllers read differently (ccm.service.notices): Warning
+    # What the annotations mean here that the upstream controllers read differently (ccm.aws.notices): Warning
     # events too, but only when the Service changed, not on every resync.
     notices: tuple[LoadBalancerWarning, ...] = field(default=(), compare=False)
 
@@ -71,21 +92,57 @@ class CloudStateError(RuntimeError):
 
 
 class LoadBalancer(Protocol):
+    """What the service controller calls (ccm.aws.balancers.LoadBalancers: the type of the Service's LB chosen by its
+    annotations; the by-UID calls serve Services that are gone or re-created under the same name)."""
+
     def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
         """Status and existence of the LB this controller created for the service."""
 
     def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str: ...
 
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> LoadBalancerStatus:
         """Create or converge the LB; raises ImplementedElsewhere, RetryError or InvalidServiceConfig."""
 
-    def update_load_balancer(self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject]) -> None:
+    def update_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+    ) -> None:
         """Converge only the backends (targets) to the given member nodes."""
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
         """Delete everything made for the service; idempotent; never raises ImplementedElsewhere."""
+
+    def delete_for_uid(self, uid: str) -> None:
+        """Delete the LB of a UID whose Service is gone (or was replaced under the same name), of any type."""
+
+    def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
+
+
+class LoadBalancerDriver(Protocol):
+    """One load balancer type (ccm.aws.nlb.NetworkLoadBalancers, ccm.aws.clb.ClassicLoadBalancers)."""
+
+    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]: ...
+    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str: ...
+    def ensure_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+    ) -> LoadBalancerStatus: ...
+    def update_load_balancer(
+        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+    ) -> None: ...
+    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None: ...
+    def delete_for_uid(self, uid: str) -> bool:
+        """Delete this type's LB of the UID and what only it uses, never the shared security group; True when no
+        LB of this type is left under that name (False: one was left in place, e.g. not tagged for us)."""
+        ...
+
+    def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
+
+
+class OwnershipReader(Protocol):
+    """The tags of every resource named for a UID (ccm.aws.ownership.Ownership)."""
+
+    def tags_for_uid(self, uid: str) -> list[dict[str, str]]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,15 @@
-"""Predicates of the upstream service controller (k8s.io/cloud-provider controllers/service/controller.go), over
-plain JSON dicts."""
+"""The Kubernetes side of the contracts: objects are plain JSON dicts (exactly what the API server returned, to
+be treated as read-only); the predicates of the upstream service controller (k8s.io/cloud-provider
+controllers/service/controller.go) over them, which controllers and drivers must read alike; and the protocols
+through which controllers read and write the API (implemented by ccm.k8s.kube.Kube, ccm.route.kube.RouteKube and
+ccm.membership.nodes.MemberNodes).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from ccm.aws.provider_id import instance_id_from_provider_id
+from ccm.contracts.provider_id import instance_id_from_provider_id
 
 KubeObject = dict[str, Any]
 
@@ -76,5 +80,36 @@ def is_member_node(node: KubeObject) -> bool:
 
 
 def instance_id(node: KubeObject) -> str | None:
-    """The EC2 instance id of the node's providerID (ccm.aws.provider_id), None without one."""
+    """The EC2 instance id of the node's providerID (ccm.contracts.provider_id), None without one."""
     return instance_id_from_provider_id(str(spec(node).get("providerID") or ""))
+
+
+# -- what the controllers ask of the Kubernetes API ----------------------------------------------------------------
+class KubeServices(Protocol):
+    """The service controller's reads and writes (ccm.k8s.kube.Kube)."""
+
+    def get_service(self, namespace: str, name: str) -> KubeObject | None: ...
+    def set_finalizers(self, svc: KubeObject, finalizers: list[str]) -> KubeObject: ...
+    def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> bool: ...
+    def record_event(self, obj: KubeObject, event_type: str, reason: str, message: str) -> None: ...
+
+
+class NodeLister(Protocol):
+    def list_nodes(self) -> list[KubeObject]: ...
+
+
+class Members(Protocol):
+    """Member nodes of a Service (ccm.membership.nodes.MemberNodes) and the registry of LB Services."""
+
+    def for_service(self, svc: KubeObject) -> list[KubeObject]: ...
+    def register(self, svc: KubeObject, first_time: bool = False) -> None: ...
+    def unregister(self, svc: KubeObject) -> None: ...
+
+
+class RouteKubeApi(Protocol):
+    """The route controller's reads and writes (ccm.route.kube.RouteKube). `node` of an event is the controller's
+    own view of the node (ccm.route.plan.NodeRoutes): typed Any so that contracts import no controller."""
+
+    def list_nodes(self) -> list[KubeObject]: ...
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> bool: ...
+    def record_node_event(self, node: Any, event_type: str, reason: str, message: str) -> None: ...

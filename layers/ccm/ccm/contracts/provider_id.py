@@ -1,5 +1,8 @@
 """AWS providerIDs (`Node.spec.providerID`): the one parser and the one formatter.
 
+It sits with the contracts because it is the one fact both sides read alike: the Service predicates (which nodes
+are targets), the node and route controllers and the AWS drivers all name an instance through it.
+
 The parser follows cloud-provider-aws, `KubernetesInstanceID.MapToAWSInstanceID` (pkg/providers/v1/instances.go in
 https://github.com/kubernetes/cloud-provider-aws), so a node means the same instance to us as to upstream:
 

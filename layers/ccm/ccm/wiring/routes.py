@@ -1,0 +1,26 @@
+"""Composition root of the routes function: the route reconciler on the VPC's route tables."""
+
+from __future__ import annotations
+
+from ccm.aws.clients import AwsClients
+from ccm.k8s.client import new_api_client
+from ccm.per_environment import PerEnvironment
+from ccm.route.kube import RouteKube
+from ccm.route.reconciler import RouteOutcome
+from ccm.route.runtime import RouteRuntime, RouteSettings
+from ccm.wiring.settings import aws_region, settings_from_env
+
+
+def _from_env() -> RouteRuntime:
+    settings = settings_from_env()
+    return RouteRuntime(
+        RouteSettings.of(settings), RouteKube(new_api_client()), AwsClients(region=aws_region(settings))
+    )
+
+
+runtime: PerEnvironment[RouteRuntime] = PerEnvironment(_from_env)
+
+
+def full_pass() -> RouteOutcome:
+    """Entry point for a one-off thorough pass with the environment's settings."""
+    return runtime().full_pass()

@@ -1,0 +1,54 @@
+"""Composition root of the services function: both load balancer drivers behind LoadBalancers, the shared
+security groups, the member nodes (membership table when configured, else a LIST of nodes), the reconciler."""
+
+from __future__ import annotations
+
+from ccm.aws.balancers import LoadBalancers
+from ccm.aws.clb import ClassicLoadBalancers
+from ccm.aws.clients import AwsClients
+from ccm.aws.nlb import NetworkLoadBalancers
+from ccm.aws.ownership import Ownership
+from ccm.aws.security_groups import SecurityGroups
+from ccm.config import Settings
+from ccm.k8s.client import new_api_client
+from ccm.k8s.kube import Kube
+from ccm.membership.nodes import MemberNodes
+from ccm.membership.store import MembershipStore
+from ccm.per_environment import PerEnvironment
+from ccm.service.reconciler import ServiceReconciler
+from ccm.service.runtime import ServiceRuntime
+from ccm.wiring.settings import aws_region, settings_from_env
+
+
+def build_service_runtime(
+    settings: Settings, kube: Kube, clients: AwsClients, store: MembershipStore | None = None
+) -> ServiceRuntime:
+    groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name, settings.any_annotation_security_group)
+    balancer = LoadBalancers(
+        NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
+        ClassicLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
+        "nlb" if settings.default_lb_type == "nlb" else "clb",
+        security_groups=groups,
+    )
+    reconciler = ServiceReconciler(
+        kube,
+        balancer,
+        balancer,
+        MemberNodes(kube, store),
+        settings.cluster_name,
+        settings.load_balancer_class,
+        settings.claim_unclassed,
+        ownership=Ownership(clients, settings.vpc_id, settings.cluster_name),
+    )
+    return ServiceRuntime(settings, clients, reconciler, balancer)
+
+
+def _from_env() -> ServiceRuntime:
+    settings = settings_from_env()
+    clients = AwsClients(region=aws_region(settings))
+    table = settings.membership_table
+    store = MembershipStore(table, clients) if table else None
+    return build_service_runtime(settings, Kube(new_api_client()), clients, store)
+
+
+runtime: PerEnvironment[ServiceRuntime] = PerEnvironment(_from_env)

@@ -1,0 +1,25 @@
+"""Composition root of the sweeper function."""
+
+from __future__ import annotations
+
+from ccm.aws.clients import AwsClients
+from ccm.config import Settings
+from ccm.k8s.kube import Kube
+from ccm.per_environment import PerEnvironment
+from ccm.sweeper.runtime import ServiceLister, Sweeper, SweeperSettings
+from ccm.wiring.settings import aws_region, settings_from_env
+
+
+def sweeper_settings(settings: Settings) -> SweeperSettings:
+    return SweeperSettings.of(settings)
+
+
+def _from_env() -> Sweeper:
+    from ccm.k8s.client import new_api_client  # the Kubernetes client is built once per execution environment
+
+    settings = sweeper_settings(settings_from_env())
+    api_client = new_api_client()
+    return Sweeper(settings, Kube(api_client), ServiceLister(api_client), AwsClients(region=aws_region(settings.base)))
+
+
+runtime: PerEnvironment[Sweeper] = PerEnvironment(_from_env)
