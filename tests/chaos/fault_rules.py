@@ -13,9 +13,9 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from ccm import predicates as p
 from ccm.aws import faults
 from ccm.messages import delta_for
-from ccm.service import predicates as p
 from devstack.aws_faults import FaultRule
 from devstack.stack import Stack
 from tests.chaos import world as w

@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.config import Config
 
-from ccm.service import predicates as p
+from ccm import predicates as p
 from devstack.aws import client
 from devstack.stack import Stack
 from tests.e2e.helpers import lb_name

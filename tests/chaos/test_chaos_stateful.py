@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, note, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, precondition, rule
 
-from ccm.service import predicates as p
+from ccm import predicates as p
 from devstack.stack import Stack
 from tests.chaos import world as w
 from tests.chaos.fault_rules import FAILURE_BUDGET, FaultRules

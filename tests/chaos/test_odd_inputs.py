@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from ccm import predicates as p
 from ccm.aws.nlb_model import desired_nlb
-from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config
 from devstack.stack import Stack
 from tests.chaos import world as w

@@ -16,8 +16,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from ccm import predicates as p
 from ccm.aws import faults
-from ccm.service import predicates as p
 from devstack.stack import Stack
 from tests.chaos.invariants import SERVICE_NAME_TAG as SERVICE_NAME_TAG
 from tests.chaos.invariants import SERVICE_UID_TAG as SERVICE_UID_TAG

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ccm.service import predicates as p
+from ccm import predicates as p
 from devstack.stack import Stack
 from tests.e2e.helpers import (
     DELETE_TIMEOUT,

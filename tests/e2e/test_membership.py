@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from ccm import predicates as p
 from ccm.node.events import SAFETY_PASS_GROUP, scheduled_event_body
-from ccm.service import predicates as p
 from devstack.stack import Stack, StackConfig
 from tests.e2e.helpers import aws_state, create_service, hostname, read_service
 from tests.e2e.test_nodes import create_node, launch, provider_id, send_event

@@ -8,9 +8,9 @@ import time
 import uuid
 from pathlib import Path
 
+from ccm import predicates as p
 from ccm.aws import faults
 from ccm.messages import delta_for
-from ccm.service import predicates as p
 from devstack.stack import Stack
 from tests.e2e.helpers import (
     DELETE_TIMEOUT,

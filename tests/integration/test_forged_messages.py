@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from ccm import predicates as p
 from ccm.aws import names
 from ccm.aws.clients import CallCounter
 from ccm.config import Settings
 from ccm.messages import Delta, delta_for
-from ccm.service import predicates as p
 from ccm.service.runtime import ServiceRuntime
 from tests.integration.conftest import CLUSTER, World
 from tests.integration.test_service_reconciler import (  # noqa: F401 (fixtures)

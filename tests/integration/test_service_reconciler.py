@@ -14,13 +14,13 @@ import boto3
 import pytest
 from kubernetes import client, config
 
+from ccm import predicates as p
 from ccm.aws import faults
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.messages import delta_for
-from ccm.service import predicates as p
 from ccm.service.runtime import ServiceRuntime
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import CLUSTER, World

@@ -1,6 +1,6 @@
+from ccm import predicates as p
 from ccm.membership import model
 from ccm.messages import delta_for
-from ccm.service import predicates as p
 from tests.factories import node, service
 
 

@@ -1,8 +1,8 @@
 import pytest
 
+from ccm import predicates as p
 from ccm.messages import delta_for
 from ccm.retry import failure_delay
-from ccm.service import predicates as p
 from ccm.service.decisions import Action, decide, ingress_equal
 from tests.factories import node, service
 

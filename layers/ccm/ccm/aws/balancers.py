@@ -19,11 +19,11 @@ from typing import Protocol
 
 from botocore.exceptions import ClientError
 
+from ccm import predicates as p
 from ccm.aws import names
 from ccm.aws.refusals import as_refusal
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import InvalidServiceConfig, KubeObject, LoadBalancerStatus, RetryError
-from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LbType
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ccm import predicates as p
 from ccm.aws import clb_model as m
 from ccm.aws import names
 from ccm.aws import references as refs
@@ -37,7 +38,6 @@ from ccm.contracts import (
     LoadBalancerWarning,
     RetryError,
 )
-from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LoadBalancerConfig
 from ccm.service.notices import annotation_notices

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from ccm import predicates as p
 from ccm.aws import names
-from ccm.service import predicates as p
 from ccm.service.lbconfig import TRAFFIC_PORT, LoadBalancerConfig
 
 # Policy names as cloud-provider-aws makes them, so policies on adopted LBs are recognised and reused.

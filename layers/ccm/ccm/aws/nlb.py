@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ccm import predicates as p
 from ccm.aws import names
 from ccm.aws import nlb_model as m
 from ccm.aws import references as refs
@@ -31,7 +32,6 @@ from ccm.contracts import (
     LoadBalancerWarning,
     RetryError,
 )
-from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config, validate_against_subnets
 from ccm.service.lbconfig import LoadBalancerConfig
 from ccm.service.notices import annotation_notices

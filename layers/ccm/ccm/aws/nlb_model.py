@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ccm import predicates as p
 from ccm.aws import names
 from ccm.contracts import InvalidServiceConfig
-from ccm.service import predicates as p
 from ccm.service.annotations import PREFIX as ANNOTATION_PREFIX
 from ccm.service.lbconfig import LoadBalancerConfig
 

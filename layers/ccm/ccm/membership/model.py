@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ccm.service import predicates as p
+from ccm import predicates as p
 
 TARGET_NODE_LABELS: Final = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
 DEFAULT_BUCKET_SECONDS: Final = 15

@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
+from ccm import predicates as p
 from ccm.aws import names
 from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig
-from ccm.service import predicates as p
 from ccm.service.lbconfig import (
     ALL_PORTS,
     TRAFFIC_PORT,

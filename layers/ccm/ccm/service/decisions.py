@@ -21,8 +21,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ccm import predicates as p
 from ccm.messages import Delta
-from ccm.service import predicates as p
 
 KubeObject = p.KubeObject
 

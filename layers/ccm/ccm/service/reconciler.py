@@ -10,9 +10,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ccm import predicates as p
 from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, KubeObject, LoadBalancer, RetryError
 from ccm.messages import Delta
-from ccm.service import predicates as p
 from ccm.service.decisions import Action, decide, ingress_equal
 from ccm.service.hints import hint_delete_refusal, leave_to_other_controller
 

@@ -15,11 +15,11 @@ from typing import Final
 
 from botocore.exceptions import ClientError
 
+from ccm import predicates as p
 from ccm.aws import security_groups_model as sgm
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups import SecurityGroups
 from ccm.messages import delta_for, message_group_id
-from ccm.service import predicates as p
 from ccm.sweeper.drift import Drift
 from ccm.sweeper.model import Kind, Resource, cluster_owned
 

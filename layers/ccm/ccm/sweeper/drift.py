@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ccm import predicates as p
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
 from ccm.contracts import InvalidServiceConfig, KubeObject
-from ccm.service import predicates as p
 from ccm.service.lbconfig import LbType
 from ccm.sweeper.model import Kind, Resource, View, Wanted, cleanup_pending, wanted
 

@@ -33,10 +33,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from ccm import predicates as p
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
 from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, KubeObject
-from ccm.service import predicates as p
 from ccm.service.annotations import parse_load_balancer_config
 from ccm.service.lbconfig import LbType, LoadBalancerConfig
 

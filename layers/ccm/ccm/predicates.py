@@ -1,4 +1,8 @@
-"""Predicates of the upstream service controller (upstream-controllers.md §1), over plain JSON dicts."""
+"""Predicates of the upstream service controller (upstream-controllers.md §1), over plain JSON dicts.
+
+Shared by the service controller, the sweeper, membership and the load-balancer drivers (which Services and
+nodes are ours), so it depends on nothing of theirs.
+"""
 
 from __future__ import annotations
 
