@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client as k8s
 
 from ccm import predicates as p
+from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.aws.nlb_model import desired_nlb
-from ccm.service.annotations import parse_load_balancer_config
 from devstack.stack import Stack
 from tests.chaos import world as w
 from tests.e2e.helpers import lb_name

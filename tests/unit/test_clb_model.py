@@ -8,7 +8,7 @@ import pytest
 
 from ccm.aws import clb_model as m
 from ccm.aws.clb import observed_from_api
-from ccm.service.annotations import parse_load_balancer_config
+from ccm.aws.lbconfig import parse_load_balancer_config
 from tests.factories import node, service
 
 A = "service.beta.kubernetes.io/aws-load-balancer-"

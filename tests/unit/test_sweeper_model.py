@@ -10,7 +10,7 @@ import pytest
 from ccm import predicates as p
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
-from ccm.service.annotations import parse_load_balancer_config
+from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.sweeper import drift as d
 from ccm.sweeper.model import Action, Kind, Resource, View, decide, forgotten, orphan_reason, owner_of, wanted
 from tests.factories import service

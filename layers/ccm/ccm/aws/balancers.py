@@ -21,11 +21,10 @@ from botocore.exceptions import ClientError
 
 from ccm import predicates as p
 from ccm.aws import names
+from ccm.aws.lbconfig import LbType, parse_load_balancer_config
 from ccm.aws.refusals import as_refusal
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import InvalidServiceConfig, KubeObject, LoadBalancerStatus, RetryError
-from ccm.service.annotations import parse_load_balancer_config
-from ccm.service.lbconfig import LbType
 
 
 class Driver(Protocol):

@@ -24,6 +24,8 @@ from ccm.aws import clb_model as m
 from ccm.aws import names
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
+from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
+from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
@@ -38,9 +40,6 @@ from ccm.contracts import (
     LoadBalancerWarning,
     RetryError,
 )
-from ccm.service.annotations import parse_load_balancer_config
-from ccm.service.lbconfig import LoadBalancerConfig
-from ccm.service.notices import annotation_notices
 
 log = logging.getLogger(__name__)
 

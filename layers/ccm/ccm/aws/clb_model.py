@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from ccm import predicates as p
 from ccm.aws import names
-from ccm.service.lbconfig import TRAFFIC_PORT, LoadBalancerConfig
+from ccm.aws.lbconfig import TRAFFIC_PORT, LoadBalancerConfig
 
 # Policy names as cloud-provider-aws makes them, so policies on adopted LBs are recognised and reused.
 PROXY_POLICY: Final = "k8s-proxyprotocol-enabled"

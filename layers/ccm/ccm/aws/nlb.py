@@ -20,6 +20,8 @@ from ccm.aws import names
 from ccm.aws import nlb_model as m
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
+from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, validate_against_subnets
+from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.passflags import PassFlags
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
@@ -32,9 +34,6 @@ from ccm.contracts import (
     LoadBalancerWarning,
     RetryError,
 )
-from ccm.service.annotations import parse_load_balancer_config, validate_against_subnets
-from ccm.service.lbconfig import LoadBalancerConfig
-from ccm.service.notices import annotation_notices
 
 log = logging.getLogger(__name__)
 

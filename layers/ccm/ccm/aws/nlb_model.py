@@ -14,9 +14,9 @@ from typing import Any
 
 from ccm import predicates as p
 from ccm.aws import names
+from ccm.aws.lbconfig import PREFIX as ANNOTATION_PREFIX
+from ccm.aws.lbconfig import LoadBalancerConfig
 from ccm.contracts import InvalidServiceConfig
-from ccm.service.annotations import PREFIX as ANNOTATION_PREFIX
-from ccm.service.lbconfig import LoadBalancerConfig
 
 # What an NLB reports for the attributes we manage until someone changes them (a key AWS omits has this value).
 AWS_DEFAULT_LB_ATTRIBUTES = {

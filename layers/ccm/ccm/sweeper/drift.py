@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from ccm import predicates as p
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
+from ccm.aws.lbconfig import LbType
 from ccm.contracts import InvalidServiceConfig, KubeObject
-from ccm.service.lbconfig import LbType
 from ccm.sweeper.model import Kind, Resource, View, Wanted, cleanup_pending, wanted
 
 

@@ -36,9 +36,8 @@ from typing import Final
 from ccm import predicates as p
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
+from ccm.aws.lbconfig import LbType, LoadBalancerConfig, parse_load_balancer_config
 from ccm.contracts import ImplementedElsewhere, InvalidServiceConfig, KubeObject
-from ccm.service.annotations import parse_load_balancer_config
-from ccm.service.lbconfig import LbType, LoadBalancerConfig
 
 
 class Kind(enum.StrEnum):
