@@ -338,8 +338,13 @@ def observed_from_api(
         observed.backend_policies[int(backend["InstancePort"])] = tuple(backend.get("PolicyNames") or ())
     hc = description.get("HealthCheck")
     if hc:
-        numbers = (int(hc[k]) for k in ("Interval", "Timeout", "HealthyThreshold", "UnhealthyThreshold"))
-        observed.health = m.HealthCheckSpec(hc["Target"], *numbers)
+        observed.health = m.HealthCheck.from_target(
+            hc["Target"],
+            healthy=int(hc["HealthyThreshold"]),
+            unhealthy=int(hc["UnhealthyThreshold"]),
+            interval=int(hc["Interval"]),
+            timeout=int(hc["Timeout"]),
+        )
     observed.attributes = None if attributes is None else attributes_from_api(attributes)
     return observed
 
