@@ -26,7 +26,7 @@ from typing import Any
 from bench.anchors import CLOUD_PROVIDER_AWS
 from bench.emf import EmfCapture, percentile
 from ccm.aws.clients import INJECT_LATENCY_ENV
-from ccm.service.annotations import SECURITY_GROUPS_ANNOTATION
+from ccm.aws.lbconfig import SECURITY_GROUPS_ANNOTATION
 from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from devstack.stack import Stack, StackConfig

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.aws.nlb_model import desired_nlb
 from ccm.contracts import kube as p
-from ccm.service.annotations import parse_load_balancer_config
 from devstack.stack import Stack
 from tests.chaos import world as w
 from tests.e2e.helpers import lb_name

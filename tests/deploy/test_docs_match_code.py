@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from samtranslator.yaml_helper import yaml_parse
 
-from ccm.service.notices import LBC_ONLY
+from ccm.aws.lbconfig.notices import LBC_ONLY
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
+from ccm.aws import lbconfig as a
 from ccm.aws.clients import CallCounter
 from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig
 from ccm.contracts.messages import delta_for
-from ccm.service import annotations as a
 from tests.integration.conftest import World
 from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator, stack: fixtures)
     Ctx,

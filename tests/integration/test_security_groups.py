@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
+from ccm.aws import lbconfig as a
 from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.lbconfig import LoadBalancerConfig
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig, RetryError
-from ccm.service import annotations as a
-from ccm.service.lbconfig import LoadBalancerConfig
 from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
 

@@ -12,8 +12,8 @@ from typing import Any
 import boto3
 import pytest
 
+from ccm.aws import lbconfig as a
 from ccm.contracts.messages import delta_for
-from ccm.service import annotations as a
 from devstack.k8s_emulator import Emulator
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World

@@ -13,13 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck as Hypothesis
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ccm.aws import lbconfig as a
 from ccm.aws import nlb_model
+from ccm.aws.lbconfig import docs
+from ccm.aws.lbconfig.config import AccessLog, ConnectionDraining, HealthCheck, Listener, LoadBalancerConfig
+from ccm.aws.lbconfig.table import AnnotationValues
 from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig
-from ccm.service import annotations as a
-from ccm.service.lbconfig import AccessLog, ConnectionDraining, HealthCheckConfig, Listener, LoadBalancerConfig
 from tests.factories import service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +55,7 @@ def annotation_error(suffix: str, value: str, lb: str = "nlb", **spec: Any) -> a
 
 
 # -- valid values -> typed values -------------------------------------------------------------------------------------
-def _hc(cfg: LoadBalancerConfig) -> HealthCheckConfig:
+def _hc(cfg: LoadBalancerConfig) -> HealthCheck:
     return cfg.health_check
 
 
@@ -254,7 +257,7 @@ def test_defaults_of_a_plain_nlb_service():
     assert (cfg.lb_type, cfg.scheme, cfg.subnets, cfg.ssl_ports, cfg.backend_protocol) == (
         "nlb", "internet-facing", (), "*", "tcp"
     )  # fmt: skip
-    assert cfg.health_check == HealthCheckConfig("TCP", "traffic-port", "", 3, 3, 30, 10)
+    assert cfg.health_check == HealthCheck("TCP", "traffic-port", "", 3, 3, 30, 10)
     assert cfg.source_range_cidrs == ("0.0.0.0/0",)
     assert [(ls.port, ls.protocol, ls.target_protocol, ls.node_port) for ls in cfg.listeners] == [
         (80, "TCP", "TCP", 30080),
@@ -266,7 +269,7 @@ def test_defaults_of_a_plain_nlb_service():
 
 def test_defaults_of_a_plain_clb_service():
     cfg = parse(lb="clb")
-    assert cfg.health_check == HealthCheckConfig("TCP", "traffic-port", "", 2, 6, 10, 5)
+    assert cfg.health_check == HealthCheck("TCP", "traffic-port", "", 2, 6, 10, 5)
     assert cfg.connection_draining == ConnectionDraining(False, 300) and cfg.idle_timeout == 60
     assert cfg.access_log == AccessLog() and not cfg.cross_zone
 
@@ -274,8 +277,8 @@ def test_defaults_of_a_plain_clb_service():
 @pytest.mark.parametrize(
     ("lb", "expected"),
     [
-        ("nlb", HealthCheckConfig("HTTP", "31999", "/healthz", 2, 2, 10, 6)),
-        ("clb", HealthCheckConfig("HTTP", "31999", "/healthz", 2, 6, 10, 5)),
+        ("nlb", HealthCheck("HTTP", "31999", "/healthz", 2, 2, 10, 6)),
+        ("clb", HealthCheck("HTTP", "31999", "/healthz", 2, 6, 10, 5)),
     ],
 )
 def test_local_policy_checks_kube_proxy_healthz(lb, expected):
@@ -565,30 +568,33 @@ def test_config_helpers():
 # -- the table and its reference --------------------------------------------------------------------------------------
 def test_every_row_feeds_a_config_field_or_a_combined_part():
     config_fields = {f.name for f in dataclasses.fields(LoadBalancerConfig)}
+    value_fields = [f.name for f in dataclasses.fields(AnnotationValues)]
     rows = a.TABLE
     assert rows[0].annotation == a.TYPE_ANNOTATION  # parsed first: it decides which rows apply
+    assert rows[0].field in config_fields
     assert len({r.annotation for r in rows}) == len(rows)
+    # One typed field per other row, and no field without its row: the build phase reads them by attribute.
+    assert [row.field for row in rows[1:]] == value_fields
     for row in rows:
-        assert row.field in config_fields or row.field.startswith("_"), row.field
         assert row.types and row.types <= {"clb", "nlb"}
 
 
 def test_docs_annotations_md_is_the_generated_reference():
-    assert (ROOT / "docs" / "annotations.md").read_text() == a.reference_markdown(), (
-        "regenerate: python -m ccm.service.annotations --markdown > docs/annotations.md"
+    assert (ROOT / "docs" / "annotations.md").read_text() == docs.reference_markdown(), (
+        "regenerate: PYTHONPATH=layers/ccm python -m ccm.aws.lbconfig.docs --markdown > docs/annotations.md"
     )
 
 
 def test_markdown_cli():
     out = subprocess.run(
-        [sys.executable, "-m", "ccm.service.annotations", "--markdown"],
+        [sys.executable, "-m", "ccm.aws.lbconfig.docs", "--markdown"],
         cwd=ROOT / "layers" / "ccm",
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert out == a.reference_markdown()
-    assert a.main([]) == 2
+    assert out == docs.reference_markdown()
+    assert docs.main([]) == 2
 
 
 # -- property: random annotations -------------------------------------------------------------------------------------
@@ -638,7 +644,7 @@ def _check_outcome(svc: dict[str, Any], default: str) -> None:
     hash(cfg.health_check)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[Hypothesis.too_slow])
 @given(annotations=_annotations, lb_type=_types, spec=_specs, default=st.sampled_from(["clb", "nlb"]))
 def test_random_annotations_yield_a_config_or_invalid_service_config(annotations, lb_type, spec, default):
     if lb_type is not None:

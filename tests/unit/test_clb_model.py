@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from ccm.aws import clb_model as m
+from ccm.aws import lbconfig, nlb_model
 from ccm.aws.clb import observed_from_api
-from ccm.service.annotations import parse_load_balancer_config
+from ccm.aws.lbconfig import parse_load_balancer_config
 from tests.factories import node, service
 
 A = "service.beta.kubernetes.io/aws-load-balancer-"
@@ -47,7 +48,8 @@ def test_desired_for_a_plain_service():
     assert want.name == ("a" + UID.replace("-", ""))[:32]
     assert want.scheme == "internet-facing"
     assert want.listeners == (m.ListenerSpec(80, "TCP", 30080, "TCP"), m.ListenerSpec(443, "TCP", 30443, "TCP"))
-    assert want.health == m.HealthCheckSpec("TCP:30080", 10, 5, 2, 6)  # CLB defaults, first listener's nodePort
+    assert want.health == m.HealthCheck("TCP", "30080", "", 2, 6, 10, 5)  # CLB defaults, first listener's nodePort
+    assert want.health.target == "TCP:30080"
     assert want.attributes == m.Attributes()
     assert want.instances == {"i-1", "i-2", "i-3"}  # the node without providerID cannot be registered
     assert want.tags == {
@@ -70,6 +72,13 @@ def test_desired_for_a_plain_service():
 )
 def test_health_check_target(annotations, spec, target):
     assert desired(service(annotations=annotations, **spec)).health.target == target
+
+
+@pytest.mark.parametrize("target", ["TCP:30080", "SSL:1", "HTTP:31999/healthz", "HTTP:30080/", "HTTPS:8443/a:b/c"])
+def test_health_check_target_round_trips_through_the_one_health_check_type(target):
+    health = m.HealthCheck.from_target(target, healthy=2, unhealthy=6, interval=10, timeout=5)
+    assert health.target == target
+    assert m.HealthCheck is nlb_model.HealthCheck is lbconfig.HealthCheck  # one type for both drivers
 
 
 def test_target_node_labels_filter_instances():
@@ -101,7 +110,7 @@ def test_listener_added_removed_and_changed():
         m.DeleteListeners((80, 443)),
         m.CreateListeners((m.ListenerSpec(80, "TCP", 30081, "TCP"), m.ListenerSpec(8080, "TCP", 30880, "TCP"))),
     ]
-    assert m.ConfigureHealthCheck(m.HealthCheckSpec("TCP:30081", 10, 5, 2, 6)) in ops  # follows the first port
+    assert m.ConfigureHealthCheck(m.HealthCheck("TCP", "30081", "", 2, 6, 10, 5)) in ops  # follows the first port
     assert len(ops) == 3
 
 
@@ -277,7 +286,7 @@ def test_observed_from_api_parses_a_description():
     assert obs.listeners == {443: m.ListenerSpec(443, "HTTPS", 30443, "HTTP", CERT)}
     assert obs.listener_policies == {443: ("p",)}
     assert obs.backend_policies == {30443: (m.PROXY_POLICY,)}
-    assert obs.health == m.HealthCheckSpec("TCP:1", 10, 5, 2, 6)
+    assert obs.health == m.HealthCheck("TCP", "1", "", 2, 6, 10, 5)
     assert obs.attributes == m.Attributes(draining=True, draining_timeout=30, idle_timeout=90)
     assert (obs.instances, obs.subnets, obs.security_groups) == ({"i-1"}, {"subnet-a"}, {"sg-1"})
     assert observed_from_api(described, {}, None).attributes is None

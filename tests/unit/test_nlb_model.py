@@ -1,9 +1,9 @@
 import pytest
 
 from ccm.aws import nlb_model as m
+from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.aws.subnets import choose_subnets
 from ccm.contracts.cloud import InvalidServiceConfig
-from ccm.service.annotations import parse_load_balancer_config
 from tests.factories import node, service
 
 NODES = [node("n1", "i-1"), node("n2", "i-2"), node("n3", "i-3"), node("n4")]

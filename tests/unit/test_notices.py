@@ -1,4 +1,4 @@
-"""ccm.aws.notices: what the annotations mean here that the upstream controllers read differently."""
+"""ccm.aws.lbconfig.notices: what the annotations mean here that the upstream controllers read differently."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import io
 import json
 from typing import Any
 
-from ccm.aws.notices import DIFFERS, IGNORED, SCHEME_DEFAULT, annotation_notices, main
-from ccm.service.annotations import PREFIX, parse_load_balancer_config
-from ccm.service.lbconfig import LbType
+from ccm.aws.lbconfig import PREFIX, LbType, parse_load_balancer_config
+from ccm.aws.lbconfig.notices import DIFFERS, IGNORED, SCHEME_DEFAULT, annotation_notices, main
 
 
 def notices(annotations: dict[str, str], lb_type: LbType = "nlb", **spec: Any) -> dict[str, str]:

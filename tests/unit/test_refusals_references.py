@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
+from ccm.aws import lbconfig as a
 from ccm.aws import references as r
+from ccm.aws.lbconfig import LoadBalancerConfig
 from ccm.aws.refusals import Cure, as_refusal, cure
-from ccm.service import annotations as a
-from ccm.service.lbconfig import LoadBalancerConfig
 from tests.factories import service
 
 P = a.PREFIX

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from ccm.aws import lbconfig as a
 from ccm.aws import security_groups_model as m
+from ccm.aws.lbconfig import LoadBalancerConfig
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules
-from ccm.service import annotations as a
-from ccm.service.lbconfig import LoadBalancerConfig
 from tests.factories import service
 
 P = a.PREFIX

@@ -9,8 +9,8 @@ import pytest
 
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
+from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.contracts import kube as p
-from ccm.service.annotations import parse_load_balancer_config
 from ccm.sweeper import drift as d
 from ccm.sweeper.model import Action, Kind, Resource, View, decide, forgotten, orphan_reason, owner_of, wanted
 from tests.factories import service

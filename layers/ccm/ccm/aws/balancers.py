@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from botocore.exceptions import ClientError
 
 from ccm.aws import names
+from ccm.aws.lbconfig import LbType, parse_load_balancer_config
 from ccm.aws.refusals import as_refusal
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import kube as p
@@ -30,8 +31,6 @@ from ccm.contracts.cloud import (
     PassFlags,
     RetryError,
 )
-from ccm.service.annotations import parse_load_balancer_config
-from ccm.service.lbconfig import LbType
 
 
 class LoadBalancers:

@@ -24,7 +24,8 @@ from ccm.aws import names
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.aws.notices import annotation_notices
+from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
+from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
@@ -41,8 +42,6 @@ from ccm.contracts.cloud import (
     PassFlags,
     RetryError,
 )
-from ccm.service.annotations import parse_load_balancer_config
-from ccm.service.lbconfig import LoadBalancerConfig
 
 log = logging.getLogger(__name__)
 
@@ -338,8 +337,13 @@ def observed_from_api(
         observed.backend_policies[int(backend["InstancePort"])] = tuple(backend.get("PolicyNames") or ())
     hc = description.get("HealthCheck")
     if hc:
-        numbers = (int(hc[k]) for k in ("Interval", "Timeout", "HealthyThreshold", "UnhealthyThreshold"))
-        observed.health = m.HealthCheckSpec(hc["Target"], *numbers)
+        observed.health = m.HealthCheck.from_target(
+            hc["Target"],
+            healthy=int(hc["HealthyThreshold"]),
+            unhealthy=int(hc["UnhealthyThreshold"]),
+            interval=int(hc["Interval"]),
+            timeout=int(hc["Timeout"]),
+        )
     observed.attributes = None if attributes is None else attributes_from_api(attributes)
     return observed
 

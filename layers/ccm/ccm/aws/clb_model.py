@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ccm.aws import names
+from ccm.aws.lbconfig import TRAFFIC_PORT, HealthCheck, LoadBalancerConfig
 from ccm.contracts import kube as p
-from ccm.service.lbconfig import TRAFFIC_PORT, LoadBalancerConfig
 
 # Policy names as cloud-provider-aws makes them, so policies on adopted LBs are recognised and reused.
 PROXY_POLICY: Final = "k8s-proxyprotocol-enabled"
@@ -42,15 +42,6 @@ class ListenerSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class HealthCheckSpec:
-    target: str  # e.g. "TCP:30080", "HTTP:31999/healthz"
-    interval: int
-    timeout: int
-    healthy: int
-    unhealthy: int
-
-
-@dataclass(frozen=True, slots=True)
 class Attributes:
     cross_zone: bool = False
     draining: bool = False
@@ -72,7 +63,7 @@ class CLBSpec:
     scheme: str
     tags: Mapping[str, str]
     listeners: tuple[ListenerSpec, ...]
-    health: HealthCheckSpec
+    health: HealthCheck
     attributes: Attributes
     ssl_policy: str  # reference security policy of the secure listeners; "" = leave AWS's
     proxy_protocol: bool
@@ -90,7 +81,7 @@ class ObservedCLB:
     listener_policies: dict[int, tuple[str, ...]] = field(default_factory=dict)
     policies: frozenset[str] = frozenset()  # the LB's "other" policies (proxy protocol, SSL negotiation)
     backend_policies: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    health: HealthCheckSpec | None = None
+    health: HealthCheck | None = None
     attributes: Attributes | None = CREATED_ATTRIBUTES  # None: not read, left alone
     instances: frozenset[str] = frozenset()
     subnets: frozenset[str] = frozenset()
@@ -146,7 +137,7 @@ class DeletePolicy:
 
 @dataclass(frozen=True, slots=True)
 class ConfigureHealthCheck:
-    health: HealthCheckSpec
+    health: HealthCheck
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +179,13 @@ Operation = _LISTENER_OPS | _OTHER_OPS | ApplySecurityGroups | RegisterInstances
 
 
 # -- desired ----------------------------------------------------------------------------------------------------------
-def health_check_target(config: LoadBalancerConfig) -> str:
-    """`PROTO:port[path]`; "traffic-port" is the first listener's nodePort, as cloud-provider-aws does."""
+def health_check(config: LoadBalancerConfig) -> HealthCheck:
+    """The configured health check with its port resolved ("traffic-port" is the first listener's nodePort, as
+    cloud-provider-aws does), so its `target` is the CLB's `PROTO:port[path]`."""
     hc = config.health_check
     port = str(config.listeners[0].node_port) if hc.port == TRAFFIC_PORT else hc.port
     path = (hc.path or "/") if hc.protocol in ("HTTP", "HTTPS") else ""
-    return f"{hc.protocol}:{port}{path}"
+    return replace(hc, port=port, path=path)
 
 
 def attributes_of(config: LoadBalancerConfig) -> Attributes:
@@ -220,7 +212,6 @@ def desired_clb(
 ) -> CLBSpec:
     """Pure: the CLB of this Service. Subnets and security groups need AWS reads, so the caller resolves them."""
     meta = p.meta(svc)
-    hc = config.health_check
     instances = frozenset(
         iid
         for iid, node in ((p.instance_id(n), n) for n in nodes)
@@ -240,7 +231,7 @@ def desired_clb(
             **names.resource_tags(cluster_name, meta["namespace"], meta["name"], meta["uid"]),
         },
         listeners=listeners,
-        health=HealthCheckSpec(health_check_target(config), hc.interval, hc.timeout, hc.healthy, hc.unhealthy),
+        health=health_check(config),
         attributes=attributes_of(config),
         ssl_policy=config.ssl_negotiation_policy,
         proxy_protocol=config.proxy_protocol,

@@ -20,7 +20,8 @@ from ccm.aws import nlb_model as m
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.aws.notices import annotation_notices
+from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, validate_against_subnets
+from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
@@ -35,8 +36,6 @@ from ccm.contracts.cloud import (
     PassFlags,
     RetryError,
 )
-from ccm.service.annotations import parse_load_balancer_config, validate_against_subnets
-from ccm.service.lbconfig import LoadBalancerConfig
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ccm.aws import names
+from ccm.aws.lbconfig import PREFIX as ANNOTATION_PREFIX
+from ccm.aws.lbconfig import HealthCheck, LoadBalancerConfig
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import InvalidServiceConfig
-from ccm.service.annotations import PREFIX as ANNOTATION_PREFIX
-from ccm.service.lbconfig import LoadBalancerConfig
 
 # What an NLB reports for the attributes we manage until someone changes them (a key AWS omits has this value).
 AWS_DEFAULT_LB_ATTRIBUTES = {
@@ -25,36 +25,6 @@ AWS_DEFAULT_LB_ATTRIBUTES = {
     "access_logs.s3.prefix": "",
     "load_balancing.cross_zone.enabled": "false",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class HealthCheck:
-    protocol: str
-    port: str  # "traffic-port" or a port number
-    path: str
-    healthy: int
-    unhealthy: int
-    interval: int
-    timeout: int
-
-    def differs_in_place(self, other: HealthCheck) -> bool:
-        """True when a ModifyTargetGroup is needed (the protocol is part of the target group's identity)."""
-        path_matters = self.protocol.startswith("HTTP")
-        return (
-            self.port,
-            self.path if path_matters else "",
-            self.healthy,
-            self.unhealthy,
-            self.interval,
-            self.timeout,
-        ) != (
-            other.port,
-            other.path if path_matters else "",
-            other.healthy,
-            other.unhealthy,
-            other.interval,
-            other.timeout,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +185,7 @@ def desired_nlb(
     """Pure: what the NLB of this Service must look like, from its validated configuration."""
     meta = p.meta(svc)
     namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    health = HealthCheck(**asdict(config.health_check))
+    health = config.health_check
     targets = frozenset(i for i in (p.instance_id(n) for n in nodes) if i)
     attributes = tuple(sorted(config.effective_target_group_attributes().items()))
     listeners: list[ListenerSpec] = []

@@ -24,15 +24,15 @@ from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig
-from ccm.service.annotations import (
+from ccm.aws.lbconfig import (
     EIP_ANNOTATION,
     EXTRA_SECURITY_GROUPS_ANNOTATION,
     SECURITY_GROUPS_ANNOTATION,
     SSL_CERT_ANNOTATION,
     SUBNETS_ANNOTATION,
+    LoadBalancerConfig,
 )
-from ccm.service.lbconfig import LoadBalancerConfig
+from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig
 
 
 @dataclass(frozen=True, slots=True)

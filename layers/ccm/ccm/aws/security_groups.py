@@ -60,10 +60,10 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
+from ccm.aws.lbconfig import LoadBalancerConfig
 from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
 from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig, KubeObject, RetryError
-from ccm.service.lbconfig import LoadBalancerConfig
 
 __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "stale_node_rules"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ccm.aws import names
-from ccm.service.lbconfig import LoadBalancerConfig
+from ccm.aws.lbconfig import LoadBalancerConfig
 
 MANAGED_GROUP_PREFIX: Final = "k8s-elb-"  # cloud-provider-aws's name, so its CLB groups are found and adopted
 ALL: Final = "-1"  # all protocols (and all ports)

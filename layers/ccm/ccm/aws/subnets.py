@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ccm.aws.lbconfig import SUBNETS_ANNOTATION, LoadBalancerConfig
 from ccm.aws.names import CLUSTER_TAG_PREFIX, cluster_tag_key
 from ccm.contracts.cloud import CloudStateError
-from ccm.service.annotations import SUBNETS_ANNOTATION
-from ccm.service.lbconfig import LoadBalancerConfig
 
 ROLE_ELB = "kubernetes.io/role/elb"
 ROLE_INTERNAL_ELB = "kubernetes.io/role/internal-elb"

@@ -68,7 +68,7 @@ class LoadBalancerStatus:
     # Not part of the API status: the reconciler turns each into a Warning event on the Service. (Upstream's
     # EnsureLoadBalancer can only fail; we converge everything else and still say what we did not do.)
     warnings: tuple[LoadBalancerWarning, ...] = field(default=(), compare=False)
-    # What the annotations mean here that the upstream controllers read differently (ccm.aws.notices): Warning
+    # What the annotations mean here that the upstream controllers read differently (ccm.aws.lbconfig.notices): Warning
     # events too, but only when the Service changed, not on every resync.
     notices: tuple[LoadBalancerWarning, ...] = field(default=(), compare=False)
 

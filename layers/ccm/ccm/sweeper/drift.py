@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
+from ccm.aws.lbconfig import LbType
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import InvalidServiceConfig, KubeObject
-from ccm.service.lbconfig import LbType
 from ccm.sweeper.model import Kind, Resource, View, Wanted, cleanup_pending, wanted
 
 

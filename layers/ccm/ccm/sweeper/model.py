@@ -35,10 +35,9 @@ from typing import Final
 
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
+from ccm.aws.lbconfig import LbType, LoadBalancerConfig, parse_load_balancer_config
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, KubeObject
-from ccm.service.annotations import parse_load_balancer_config
-from ccm.service.lbconfig import LbType, LoadBalancerConfig
 
 
 class Kind(enum.StrEnum):

@@ -19,12 +19,12 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ccm.aws.clients import AwsClients, CallCounter
+from ccm.aws.lbconfig import LbType
 from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
 from ccm.contracts.cloud import KubeObject
 from ccm.k8s.kube import Kube, KubeRest
 from ccm.logs import log_fields
-from ccm.service.lbconfig import LbType
 from ccm.sweeper import drift as d
 from ccm.sweeper import model as m
 from ccm.sweeper.actions import Actions, Deleted

@@ -13,17 +13,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, LoadBalancerWarning
-from ccm.service.annotations import (
+from ccm.aws.lbconfig.config import LbType, LoadBalancerConfig
+from ccm.aws.lbconfig.parse import parse_load_balancer_config
+from ccm.aws.lbconfig.table import (
     ACCESS_LOG_ANNOTATION,
     INTERNAL_ANNOTATION,
     PREFIX,
     PROXY_PROTOCOL_ANNOTATION,
     SCHEME_ANNOTATION,
     SOURCE_RANGES_ANNOTATION,
-    parse_load_balancer_config,
 )
-from ccm.service.lbconfig import LbType, LoadBalancerConfig
+from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, LoadBalancerWarning
 
 IGNORED: Final = "AnnotationIgnored"  # not acted on at all
 DIFFERS: Final = "AnnotationDiffers"  # acted on, but not as one of the two upstream controllers would
@@ -107,7 +107,7 @@ def annotation_notices(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`kubectl get svc -A -o json | python -m ccm.aws.notices [clb|nlb]`: the Warnings each LoadBalancer
+    """`kubectl get svc -A -o json | python -m ccm.aws.lbconfig.notices [clb|nlb]`: the Warnings each LoadBalancer
     Service would get, before the switch (adopted Services get them only at their next change)."""
     args = list(sys.argv[1:] if argv is None else argv)
     default: LbType = "nlb" if args == ["nlb"] else "clb"

@@ -1,7 +1,7 @@
 """The typed load-balancer configuration of one Service: what its annotations and spec ask for, fully validated.
 
-Produced only by `ccm.service.annotations.parse_load_balancer_config`; drivers (NLB, CLB) consume it and never
-read annotations themselves, so every default and every rule lives in one place.
+Produced only by `ccm.aws.lbconfig.parse.parse_load_balancer_config`; drivers (NLB, CLB) and the sweeper consume
+it by attribute and never read annotations themselves, so every default and every rule lives in one place.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 LbType = Literal["clb", "nlb"]
+LB_TYPES: Final[tuple[LbType, ...]] = ("clb", "nlb")
 Scheme = Literal["internal", "internet-facing"]
 IpAddressType = Literal["ipv4", "dualstack"]
 BackendProtocol = Literal["tcp", "ssl", "http", "https"]
@@ -54,12 +55,12 @@ class Listener:
 
 
 @dataclass(frozen=True, slots=True)
-class HealthCheckConfig:
-    """Field names and order match `ccm.aws.nlb_model.HealthCheck`, so a driver converts with
-    `HealthCheck(**dataclasses.asdict(hc))`.
+class HealthCheck:
+    """The one health-check type: the configuration's, the NLB target group's and the Classic ELB's, desired and
+    observed alike.
 
-    `port` is "traffic-port" (NLB: the target's port; CLB: the nodePort of the first listener, as upstream) or a
-    port number as a string. `path` is "" unless the protocol is HTTP or HTTPS.
+    `port` is "traffic-port" (NLB: the target's port; CLB: resolved by the driver to the nodePort of the first
+    listener, as upstream) or a port number as a string. `path` is "" unless the protocol is HTTP or HTTPS.
     """
 
     protocol: str
@@ -69,6 +70,37 @@ class HealthCheckConfig:
     unhealthy: int
     interval: int
     timeout: int
+
+    def differs_in_place(self, other: HealthCheck) -> bool:
+        """NLB: True when a ModifyTargetGroup is needed (the protocol is part of the target group's identity)."""
+        path_matters = self.protocol.startswith("HTTP")
+        return (
+            self.port,
+            self.path if path_matters else "",
+            self.healthy,
+            self.unhealthy,
+            self.interval,
+            self.timeout,
+        ) != (
+            other.port,
+            other.path if path_matters else "",
+            other.healthy,
+            other.unhealthy,
+            other.interval,
+            other.timeout,
+        )
+
+    @property
+    def target(self) -> str:
+        """Classic ELB: `PROTO:port[path]`, e.g. "TCP:30080", "HTTP:31999/healthz" (`port` resolved)."""
+        return f"{self.protocol}:{self.port}{self.path}"
+
+    @classmethod
+    def from_target(cls, target: str, *, healthy: int, unhealthy: int, interval: int, timeout: int) -> HealthCheck:
+        """Classic ELB: the inverse of `target`, so `from_target(t, ...).target == t` for every `PROTO:...` string."""
+        protocol, _, rest = target.partition(":")
+        port, slash, path = rest.partition("/")
+        return cls(protocol, port, slash + path, healthy, unhealthy, interval, timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +130,7 @@ class LoadBalancerConfig:
     scheme: Scheme
     ports: tuple[ServicePort, ...]
     listeners: tuple[Listener, ...]
-    health_check: HealthCheckConfig
+    health_check: HealthCheck
     source_ranges: tuple[Network, ...]
     external_traffic_policy: TrafficPolicy = "Cluster"
     health_check_node_port: int | None = None
