@@ -40,6 +40,7 @@ from ccm.route.kube import RouteKube, RouteKubeApi
 from ccm.route.plan import Network, parse_cluster_cidrs
 from ccm.route.reconciler import RouteOutcome, RouteReconciler
 from ccm.route.trigger import InvalidTrigger, Trigger, parse_trigger
+from ccm.senders import Senders, sender_refusal, senders_from_env
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "route-reconciler")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ServerlessCCM")
@@ -79,6 +80,7 @@ class RouteRuntime:
         self.reconciler = RouteReconciler(kube, self.routes, settings.cluster_name, settings.cluster_cidrs)
         self._queue_urls: dict[str, str] = {}
         self.last_outcome: RouteOutcome | None = None
+        self.senders: Senders | None = senders_from_env()  # node triggers: the nodes function only (ccm.senders)
 
     def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         received: list[_Received] = []
@@ -86,6 +88,12 @@ class RouteRuntime:
         def parse(record: SQSRecord) -> None:
             try:
                 trigger = parse_trigger(record.body)
+                # The schedule's events come from EventBridge (the queue policy admits only our rule); a node
+                # trigger only from the nodes function, which forwards what it judged against the live Node.
+                if trigger.source == "node" and (
+                    refused := sender_refusal("Route", "NODE", record.attributes.sender_id, self.senders)
+                ):
+                    raise InvalidTrigger(refused)
             except InvalidTrigger as err:
                 logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
                 metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
