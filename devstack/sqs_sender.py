@@ -21,16 +21,24 @@ from typing import Any, Final
 # functions with their own key; the template's role ids (`!GetAtt <Role>.RoleId`, SENDERS_*) resolve to these.
 WATCHER_KEY, FUNCTIONS_KEY = "testing", "ASIADEVSTACKFUNCTION"
 WATCHER_ROLE_ID, FUNCTIONS_ROLE_ID = "AROADEVSTACKWATCHER01", "AROADEVSTACKFUNCTION1"
+# Each function signs with its own key, as each has its own role on AWS: SQS reports which function sent a message
+# (SENDERS_* are checked for real) and devstack.call_log tells which role made an AWS call (FUNCTION_OF_KEY).
+# FUNCTIONS_KEY stays a function-like identity of no function (tests forging "a function role").
+FUNCTION_ROLES: Final = {  # template logical id -> (its access key, its role id)
+    "ServiceReconcilerFunction": ("ASIADEVSTACKSERVICES", "AROADEVSTACKSERVICES1"),
+    "NodeReconcilerFunction": ("ASIADEVSTACKNODES001", "AROADEVSTACKNODES0001"),
+    "RouteReconcilerFunction": ("ASIADEVSTACKROUTES01", "AROADEVSTACKROUTES001"),
+    "SweeperFunction": ("ASIADEVSTACKSWEEPER1", "AROADEVSTACKSWEEPER01"),
+}
+FUNCTION_OF_KEY: Final = {key: fn for fn, (key, _) in FUNCTION_ROLES.items()}
 ROLE_IDS: Final = {
     "WatcherRole.RoleId": WATCHER_ROLE_ID,
-    "ServiceReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
-    "NodeReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
-    "SweeperFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
-    "RouteReconcilerFunctionRole.RoleId": FUNCTIONS_ROLE_ID,
+    **{f"{fn}Role.RoleId": role_id for fn, (_, role_id) in FUNCTION_ROLES.items()},
 }
 _principals: dict[str, str] = {
     WATCHER_KEY: f"{WATCHER_ROLE_ID}:watcher",
     FUNCTIONS_KEY: f"{FUNCTIONS_ROLE_ID}:devstack-functions",
+    **{key: f"{role_id}:{fn}" for fn, (key, role_id) in FUNCTION_ROLES.items()},
 }
 _current = threading.local()
 _PATCHED: Final = "_ccm_sender_id"

@@ -27,7 +27,7 @@ from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.eks_auth import EksTokenValidator
 from devstack.queues import create_queues, create_tables
 from devstack.runner import EventSourceRunner
-from devstack.sqs_sender import FUNCTIONS_KEY, ROLE_IDS
+from devstack.sqs_sender import FUNCTION_ROLES, FUNCTIONS_KEY, ROLE_IDS
 from devstack.template import TemplateFacts, load_template
 
 log = logging.getLogger(__name__)
@@ -112,8 +112,9 @@ class Stack:
             self.kubeconfig = cfg.kubeconfig
         else:
             eks = cfg.kube_auth == "eks"
-            keys = {KEY: SECRET, FUNCTIONS_KEY: SECRET}
-            principals = {KEY: FUNCTIONS_PRINCIPAL, FUNCTIONS_KEY: FUNCTIONS_PRINCIPAL}
+            function_keys = [FUNCTIONS_KEY, *(key for key, _ in FUNCTION_ROLES.values())]
+            keys = {KEY: SECRET, **dict.fromkeys(function_keys, SECRET)}
+            principals = {KEY: FUNCTIONS_PRINCIPAL, **dict.fromkeys(function_keys, FUNCTIONS_PRINCIPAL)}
             validator = EksTokenValidator(cfg.cluster_name, keys, principals) if eks else None
             self.emulator = Emulator(tls=eks, require_token=eks, token_validator=validator).start()
             if eks:
@@ -161,7 +162,7 @@ class Stack:
                 endpoint_url=self.endpoint_url,
                 region=cfg.region,
                 env_overrides=self.lambda_environment(),
-                function_env={fn: {"KUBECONFIG": path} for fn, path in self.function_kubeconfigs.items()},
+                function_env=self._function_env(),
                 echo_logs=cfg.function_logs,
             )
             self.runner.start()
@@ -228,6 +229,13 @@ class Stack:
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait()
+
+    def _function_env(self) -> dict[str, dict[str, str]]:
+        """Per function: its own access key (its role's identity: SenderId, devstack.call_log) and kubeconfig."""
+        env = {fn: {"AWS_ACCESS_KEY_ID": key} for fn, (key, _) in FUNCTION_ROLES.items()}
+        for fn, path in self.function_kubeconfigs.items():
+            env.setdefault(fn, {})["KUBECONFIG"] = path
+        return env
 
     def _kubeconfig_for(self, who: str, token: str | None) -> str:
         if self.emulator is None or token is None:

@@ -228,3 +228,48 @@ def test_safety_pass_keeps_a_node_that_joined_after_its_list(
     assert updater.on_node_delta(delta_for("Node", "ADDED", late)) == 0  # no Service registered yet
     assert updater.reconcile(nodes, list_rv) == []
     assert "late" in {r.name for r in table.members() or []}
+
+
+def test_a_forged_node_deleted_removes_no_member_until_the_api_confirms(
+    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
+):
+    """A Node DELETED is a hint: forged (any queue sender) or stale, it must not pull a live node out of every load
+    balancer. The consumer asks the API (one GET): the live node with that UID stays a member, nobody is told; the
+    same name now held by a Node with another UID, or a 404, confirms the deletion."""
+    sqs, url = _services_queue()
+    MemberNodes(kube, table).records()  # seeded from the API
+    table.register_service("default/all", "uid-all", {})
+    settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
+    on_delta, _ = consumers(settings)  # what the nodes function's composition root wires
+    runtime = NodeRuntime(settings, kube, world.clients, delta_consumers=on_delta)
+    members = sorted(n["metadata"]["name"] for n in world.nodes())
+    victim = next(n for n in kube.list_nodes_at()[0] if n["metadata"]["name"] == members[1])
+
+    emulator.clear_log()
+    runtime.on_delta(delta_for("Node", "DELETED", victim))  # the victim's own UID and name: as forged as it gets
+    assert sorted(r.name for r in table.members() or []) == members
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+    gets = [r for r in emulator.request_log.snapshot() if r["method"] == "GET"]
+    assert [r["path"] for r in gets] == [f"/api/v1/nodes/{members[1]}"]  # the one confirming GET
+
+    emulator.delete("nodes", None, members[1])  # really gone: the API answers 404
+    runtime.on_delta(delta_for("Node", "DELETED", victim))
+    assert sorted(r.name for r in table.members() or []) == [m for m in members if m != members[1]]
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [(d.key, d.type) for d in (parse_delta(m["Body"]) for m in messages)] == [("default/all", "HOSTS")]
+
+
+def test_a_node_deleted_for_a_name_now_held_by_another_node_removes_the_old_member(
+    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
+):
+    _sqs, url = _services_queue()
+    MemberNodes(kube, table).records()
+    settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
+    on_delta, _ = consumers(settings)
+    runtime = NodeRuntime(settings, kube, world.clients, delta_consumers=on_delta)
+    members = sorted(n["metadata"]["name"] for n in world.nodes())
+    old = next(n for n in kube.list_nodes_at()[0] if n["metadata"]["name"] == members[0])
+    emulator.delete("nodes", None, members[0])
+    emulator.create(node(members[0], "i-0ffffffffffffffff"))  # re-created under the same name: another UID
+    runtime.on_delta(delta_for("Node", "DELETED", old))
+    assert members[0] not in {r.name for r in table.members() or []}

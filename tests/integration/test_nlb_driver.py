@@ -6,7 +6,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import CallCounter
-from ccm.contracts.cloud import ImplementedElsewhere, PassFlags, RetryError
+from ccm.contracts.cloud import CloudStateError, ImplementedElsewhere, PassFlags, RetryError
 from ccm.retry import retry_for
 from tests.factories import node, service
 from tests.integration.conftest import CLUSTER, World
@@ -217,7 +217,18 @@ def test_adopts_an_nlb_made_by_cloud_provider_aws_and_moves_traffic_without_a_ga
     listener = elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"][0]
     assert listener["DefaultActions"][0]["TargetGroupArn"] == theirs
 
+    # IAM changes only UID-tagged resources: the LB and their target group got our UID tag before the first write;
+    # their listener carries no tag at all (upstream tags none), so it is refused until the operator tags it.
+    with pytest.raises(CloudStateError, match="aws elbv2 add-tags --resource-arns"):
+        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)
+    uid_tag = {"Key": "serverless-ccm/service-uid", "Value": svc["metadata"]["uid"]}
+    for arn in (lb["LoadBalancerArn"], theirs):
+        assert uid_tag in elbv2.describe_tags(ResourceArns=[arn])["TagDescriptions"][0]["Tags"], arn
+    refused = elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"][0]
+    assert refused["DefaultActions"][0]["TargetGroupArn"] == theirs  # nothing switched
+    elbv2.add_tags(ResourceArns=[listener["ListenerArn"]], Tags=upstream_tags[:1])  # docs/migration.md
     status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)
+    assert uid_tag in elbv2.describe_tags(ResourceArns=[listener["ListenerArn"]])["TagDescriptions"][0]["Tags"]
     assert status.ingress[0].hostname == lb["DNSName"]  # same LB: clients keep resolving the same name
     assert [x["LoadBalancerArn"] for x in elbv2.describe_load_balancers()["LoadBalancers"]] == [lb["LoadBalancerArn"]]
     state = lb_state(world, svc["metadata"]["uid"])

@@ -310,3 +310,24 @@ def test_ipv6_pod_cidrs_and_malformed_messages(env: Env) -> None:
             "10.244.0.0/24": env.world.instances[0],
             "fd00:10:244::/64": env.world.instances[0],
         }
+
+
+def test_a_node_trigger_is_taken_only_from_the_nodes_function(env: Env) -> None:
+    """SQS stamps each message with its sender: a node trigger not sent by the nodes function's role (SENDERS_NODES)
+    is rejected unprocessed (made visible again, then dead-lettered); the schedule's event, which EventBridge sends
+    (the queue policy admits only our rule), is taken whoever SQS names."""
+    env.runtime.senders = {"watcher": frozenset(), "nodes": frozenset({"AROANODESROLE"}), "sweeper": frozenset()}
+    node = env.node(0)
+    response, calls, _ = env.deliver(trigger(node))
+    assert len(response["batchItemFailures"]) == 1 and calls["ec2:CreateRoute"] == 0
+    for refused in env.received:  # what the redrive policy does once its receives are used up
+        env.sqs.delete_message(QueueUrl=env.queue_url, ReceiptHandle=refused["ReceiptHandle"])
+    tick = json.dumps(
+        {"version": "0", "id": "tick-1", "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+    )
+    response, calls, _ = env.deliver(tick)
+    assert response["batchItemFailures"] == [] and calls["ec2:CreateRoute"] == 2  # the pass routes node-0
+    sender = env.received[0]["Attributes"]["SenderId"].split(":")[0]
+    env.runtime.senders = {"watcher": frozenset(), "nodes": frozenset({sender}), "sweeper": frozenset()}
+    response, _, _ = env.deliver(trigger(env.node(1)))
+    assert response["batchItemFailures"] == []

@@ -3,8 +3,10 @@ role: every permission the doctor expects is granted under the probe's tag conte
 denied (the untagged twin of a tag-scoped write, the watcher's non-send actions) is not. Without this the doctor and
 the template could drift apart, and the doctor would report false failures (or miss real gaps) in a real account.
 
-The evaluation is deliberately small: Allow statements only (the template has no Deny), Action/Resource wildcards,
-and the condition operators the template uses (Null, StringEquals); any other operator fails the test loudly."""
+The evaluation is deliberately small: Allow and Deny statements (an applicable Deny wins: the template's one Deny,
+OnlyOwnQueue, narrows the AWS managed SQS poller policy), Action/Resource/NotResource wildcards, and the condition
+operators the template uses (Null, StringEquals, ArnEquals, ForAllValues:StringEquals); any other operator fails the
+test loudly."""
 
 from __future__ import annotations
 

@@ -200,3 +200,33 @@ def test_the_allow_list_check_catches_an_untagged_write() -> None:
     assert has_cluster_tag_condition(tagged)
     assert MUTATING.match("ec2:ReplaceRoute") and MUTATING.match("elasticloadbalancing:SetSubnets")
     assert not MUTATING.match("ec2:DescribeInstances")
+
+
+KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:kc"
+
+
+@pytest.mark.parametrize("key", ["", KMS_KEY])
+def test_kms_decrypt_only_with_a_customer_managed_key_on_that_key_through_secrets_manager(key: str) -> None:
+    """A kubeconfig secret under a customer managed key needs kms:Decrypt; granted only when the key parameter is
+    set, on that one key, and only when Secrets Manager makes the call (kms:ViaService), for every function role."""
+    params = {"KubeAuthMode": "kubeconfig-secret", "KubeconfigSecretArn": SECRET, "EnableRoutes": "true"}
+    stack = Stack({**params, "ClusterCidrs": "10.244.0.0/16", **({"KubeconfigSecretKmsKeyArn": key} if key else {})})
+    decrypting: dict[str, dict[str, Any]] = {}
+    for where, _, st in statements(stack):
+        if any(a.lower().startswith("kms:") for a in as_list(st.get("Action", []))):
+            decrypting[where] = st
+    if not key:
+        assert decrypting == {}
+        return
+    roles = {where.split("/", 1)[0] for where in decrypting}
+    assert roles == {
+        "ServiceReconcilerFunctionRole",
+        "NodeReconcilerFunctionRole",
+        "RouteReconcilerFunctionRole",
+        "SweeperFunctionRole",
+    }
+    for where, st in decrypting.items():
+        assert st["Effect"] == "Allow" and as_list(st["Action"]) == ["kms:Decrypt"], where
+        assert as_list(st["Resource"]) == [KMS_KEY], where
+        assert st["Condition"] == {"StringEquals": {"kms:ViaService": "secretsmanager.us-east-1.amazonaws.com"}}, where

@@ -9,6 +9,9 @@ for an assumed role such as a Lambda function or a Pod Identity / IRSA session).
 | services | Service SYNC (re-enqueued drift)               | the sweeper                     |
 | services | Service HOSTS                                  | the nodes function              |
 | nodes    | Node deltas                                    | the watcher                     |
+| routes   | Route NODE (a forwarded node change)           | the nodes function              |
+
+(EventBridge's messages, on the nodes and routes queues, are not deltas: the queue policy admits only our rules.)
 
 The role ids come from the template (`SENDERS_<ROLE>` = `!GetAtt <Role>.RoleId`). Not configured at all (no
 variable set): nothing is checked (unit tests, hand-run handlers). A variable set but empty (the watcher role is
@@ -33,6 +36,7 @@ OWNERS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
     ("Service", "HOSTS"): frozenset({NODES}),
     ("Watcher", "HEARTBEAT"): frozenset({WATCHER}),
     **{("Node", t): frozenset({WATCHER}) for t in _DELTA_TYPES},
+    ("Route", "NODE"): frozenset({NODES}),
 }
 
 Senders = Mapping[str, frozenset[str] | None]  # role -> its principal ids (None: any)

@@ -147,6 +147,10 @@ class ClassicLoadBalancers:
             if self.security_groups is not None:
                 # Its groups must be readable before it goes (security_groups.before_lb_delete).
                 self.security_groups.before_lb_delete(self._describe_lb(name) or {})
+            if names.SERVICE_UID_TAG not in tags:
+                # Made by cloud-provider-aws and never reconciled here: IAM deletes only UID-tagged LBs, and lets
+                # us add that tag to a cluster-tagged LB without one (template: AdoptClusterLoadBalancers).
+                self.elb.add_tags(LoadBalancerNames=[name], Tags=[{"Key": names.SERVICE_UID_TAG, "Value": uid}])
             self.elb.delete_load_balancer(LoadBalancerName=name)
         return True
 

@@ -4,6 +4,13 @@ Reads on a no-op reconcile: DescribeLoadBalancers (by name), DescribeListeners, 
 and one DescribeTargetHealth per target group. A thorough pass (retries after a crash, periodic resync, and every
 delete) additionally asks the Resource Groups Tagging API for everything tagged with the Service's UID, so target
 groups orphaned by a crash between two calls are found and deleted: nothing leaks.
+
+Adoption (an NLB cloud-provider-aws made): before the first write on an existing NLB (a non-empty plan, or its
+deletion), one DescribeTags over the LB, the target groups and the listeners the plan touches; those carrying a
+cluster tag but not our UID tag get it (IAM changes and deletes only UID-tagged resources, and lets us add that tag
+to cluster-tagged ones without it: template AdoptClusterLoadBalancers). A listener the plan must change that carries
+no cluster tag (cloud-provider-aws tags none) is refused with a Warning naming the one command that fixes it: IAM
+cannot tell a listener of our cluster from any other untagged listener, so it is never tagged here.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
     ROUTINE,
+    CloudStateError,
     ImplementedElsewhere,
     Ingress,
     KubeObject,
@@ -98,7 +106,10 @@ class NetworkLoadBalancers:
             lb = self._create_lb(desired, placement, group_ids)
             observed = self._observe(lb, uid, flags, with_targets=True, desired=desired, created=created)
         assert observed is not None
-        refused = self._apply(m.plan(desired, observed), observed, desired)
+        operations = m.plan(desired, observed)
+        if operations and not created:
+            self._claim(uid, cluster_name, observed, operations)
+        refused = self._apply(operations, observed, desired)
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         return LoadBalancerStatus(
             (Ingress(hostname=lb["DNSName"]),),
@@ -177,10 +188,13 @@ class NetworkLoadBalancers:
         lb = self._describe_lb(names.load_balancer_name(uid))
         groups = self._tagged_target_groups(uid)
         if lb is not None:
-            for tg in self._target_groups_of(lb["LoadBalancerArn"]):
+            attached = self._target_groups_of(lb["LoadBalancerArn"])
+            unclaimed = [tg["TargetGroupArn"] for tg in attached if tg["TargetGroupArn"] not in groups]
+            for tg in attached:
                 groups.setdefault(tg["TargetGroupArn"], tg)
             if self.security_groups is not None:
                 self.security_groups.before_lb_delete(lb)  # its groups must be readable first
+            self._tag_unclaimed(uid, [lb["LoadBalancerArn"], *unclaimed])
             # Deleting the LB deletes its listeners with it.
             self.clients.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
         for arn in sorted(groups):
@@ -290,6 +304,39 @@ class NetworkLoadBalancers:
                 healthy,
             )
         return observed
+
+    # -- adoption ---------------------------------------------------------------------------------------------
+    def _claim(self, uid: str, cluster_name: str, observed: m.ObservedNLB, operations: list[m.Operation]) -> None:
+        """Before changing an existing NLB: the LB, its target groups and the listeners the plan changes carry our
+        UID tag (see the module docstring); an untagged listener is refused before any of them is written."""
+        listeners = {op.arn for op in operations if isinstance(op, m.ModifyListener | m.DeleteListener)}
+        untagged = self._tag_unclaimed(uid, [observed.arn, *sorted(observed.target_groups), *sorted(listeners)])
+        if refused := sorted(set(untagged) & listeners):
+            key = names.cluster_tag_key(cluster_name)
+            raise CloudStateError(
+                f"listener {', '.join(refused)} carries no {key} tag (cloud-provider-aws tags no listener) and IAM "
+                f"lets this controller change only tagged ones; tag it: aws elbv2 add-tags --resource-arns "
+                f"{' '.join(refused)} --tags Key={key},Value=owned"
+            )
+
+    def _tag_unclaimed(self, uid: str, arns: Sequence[str]) -> list[str]:
+        """Adds our UID tag to those of `arns` that carry a cluster tag and no UID tag (one DescribeTags per 20,
+        an AddTags only when one lacks it); returns those carrying no cluster tag at all (left as they are)."""
+        elbv2, unclaimed, untagged = self.clients.elbv2, [], []
+        for start in range(0, len(arns), 20):
+            for found in elbv2.describe_tags(ResourceArns=list(arns[start : start + 20]))["TagDescriptions"]:
+                keys = {t["Key"] for t in found.get("Tags", [])}
+                if names.SERVICE_UID_TAG in keys:
+                    continue
+                if any(k.startswith(names.CLUSTER_TAG_PREFIX) for k in keys):
+                    unclaimed.append(found["ResourceArn"])
+                else:
+                    untagged.append(found["ResourceArn"])
+        for start in range(0, len(unclaimed), 20):
+            batch = unclaimed[start : start + 20]
+            elbv2.add_tags(ResourceArns=batch, Tags=[{"Key": names.SERVICE_UID_TAG, "Value": uid}])
+            log.info("adopted %s: tagged %s", ", ".join(batch), names.SERVICE_UID_TAG)
+        return untagged
 
     # -- writes -----------------------------------------------------------------------------------------------
     def _create_lb(self, desired: m.NLBSpec, placement: dict[str, Any], group_ids: list[str]) -> dict[str, Any]:

@@ -109,7 +109,12 @@ class SecurityGroups:
         self._check_named_groups([*config.security_groups, *extra])
         if config.security_groups:
             return _unique([*config.security_groups, *extra])
-        group = self._managed_group(lb_name) or self._create_managed_group(lb_name, service, extra_tags)
+        group = self._managed_group(lb_name)
+        if group is None:
+            group = self._create_managed_group(lb_name, service, extra_tags)
+        else:
+            meta = service.get("metadata", {})
+            self._claim(group, str(meta.get("uid", "")), f"{meta.get('namespace', '')}/{meta.get('name', '')}")
         group_id = str(group["GroupId"])
         current = m.rules_from_permissions(group.get("IpPermissions", []))
         authorize, revoke = plan_rules(current, desired_lb_rules(config, lb_type))
@@ -166,6 +171,7 @@ class SecurityGroups:
                 "security group %s of %s belongs to service %s, not %s: kept", group_id, lb_name, owner, service_uid
             )
             return
+        self._claim(group, service_uid)  # cloud-provider-aws's group: IAM deletes only UID-tagged groups
         try:
             self.clients.ec2.delete_security_group(GroupId=group_id)
         except ClientError as err:
@@ -180,6 +186,20 @@ class SecurityGroups:
                 ) from err
             raise
         log.info("deleted security group %s of %s", group_id, lb_name)
+
+    def _claim(self, group: Mapping[str, Any], service_uid: str, service_key: str = "") -> None:
+        """Adoption: a managed group cloud-provider-aws made (cluster tag, no UID tag) gets our UID tag (and the
+        Service's name when known: upstream tags its groups with the cluster only), the tags IAM lets us add to an
+        existing group (template: AdoptClusterSecurityGroups), so that deleting it later is allowed
+        (DeleteOwnSecurityGroups needs the UID tag). Free when it already carries one (no call)."""
+        tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
+        if not service_uid or names.SERVICE_UID_TAG in tags or self._cluster_tag not in tags:
+            return
+        claim = {names.SERVICE_UID_TAG: service_uid}
+        if service_key and names.SERVICE_NAME_TAG not in tags:
+            claim[names.SERVICE_NAME_TAG] = service_key
+        self.clients.ec2.create_tags(Resources=[str(group["GroupId"])], Tags=names.as_tag_list(claim))
+        log.info("adopted security group %s: tagged %s", group["GroupId"], names.SERVICE_UID_TAG)
 
     def _check_named_groups(self, group_ids: list[str]) -> None:
         """Before any change: the annotations' groups exist in our VPC and (by default) carry the cluster tag."""

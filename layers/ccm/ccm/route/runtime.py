@@ -39,6 +39,7 @@ from ccm.retry import failure_delay
 from ccm.route.plan import Network, parse_cluster_cidrs
 from ccm.route.reconciler import RouteOutcome, RouteReconciler
 from ccm.route.trigger import InvalidTrigger, Trigger, parse_trigger
+from ccm.senders import Senders, sender_refusal
 
 # Process-level: the handler's decorators need these at import, before any composition root runs, and Powertools
 # reads its own POWERTOOLS_* variables anyway (the defaults keep the metrics valid when they are unset).
@@ -52,6 +53,7 @@ class RouteSettings:
     cluster_name: str
     vpc_id: str
     cluster_cidrs: tuple[Network, ...]
+    senders: Senders | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> RouteSettings:
@@ -61,6 +63,7 @@ class RouteSettings:
             cluster_name=settings.cluster_name,
             vpc_id=settings.vpc_id,
             cluster_cidrs=parse_cluster_cidrs(list(settings.cluster_cidrs)),
+            senders=settings.senders,
         )
 
 
@@ -80,6 +83,7 @@ class RouteRuntime:
         self.routes = VpcRoutes(clients, settings.vpc_id)
         self.reconciler = RouteReconciler(kube, self.routes, settings.cluster_name, settings.cluster_cidrs)
         self._queue_urls: dict[str, str] = {}
+        self.senders: Senders | None = settings.senders  # node triggers: the nodes function only (ccm.senders)
 
     def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         received: list[_Received] = []
@@ -87,6 +91,12 @@ class RouteRuntime:
         def parse(record: SQSRecord) -> None:
             try:
                 trigger = parse_trigger(record.body)
+                # The schedule's events come from EventBridge (the queue policy admits only our rule); a node
+                # trigger only from the nodes function, which forwards what it judged against the live Node.
+                if trigger.source == "node" and (
+                    refused := sender_refusal("Route", "NODE", record.attributes.sender_id, self.senders)
+                ):
+                    raise InvalidTrigger(refused)
             except InvalidTrigger as err:
                 logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
                 metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)

@@ -29,6 +29,8 @@ def hint_delete_refusal(
         owner_uid, owner_key = tags.get(names.SERVICE_UID_TAG), tags.get(names.SERVICE_NAME_TAG)
         if owner_uid is None and untagged_uid_ok and owner_key in (None, key):  # upstream tags its groups so
             continue
+        if owner_uid == uid and untagged_uid_ok and owner_key is None:  # such a group we claimed while deleting
+            continue
         if owner_uid != uid:
             return f"the load balancer named for UID {uid} is tagged for UID {owner_uid or '<none>'}"
         if owner_key != key:
