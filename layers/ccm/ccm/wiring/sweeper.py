@@ -18,7 +18,7 @@ def _from_env() -> Sweeper:
     from ccm.k8s.client import new_api_client  # the Kubernetes client is built once per execution environment
 
     settings = sweeper_settings(settings_from_env())
-    api_client = new_api_client()
+    api_client = new_api_client(settings.base.kube)
     return Sweeper(settings, Kube(api_client), ServiceLister(api_client), AwsClients(region=aws_region(settings.base)))
 
 
