@@ -16,7 +16,7 @@ passes the consumers to the constructor; nothing registers itself at import::
     def on_node_delta(delta: Delta, ctx: NodeContext) -> None: ...   # e.g. ccm.membership.consumer.Membership
     def on_safety_pass(ctx: PassContext) -> None: ...                # e.g. the membership safety pass
 
-    NodeRuntime(settings, kube, clients, Ec2Instances(clients, region, vpc_id),
+    NodeRuntime(settings, kube, clients, instances,  # instances: a ccm.contracts.cloud.Instances (the EC2 driver)
                 delta_consumers=[on_node_delta], periodic_consumers=[on_safety_pass])
 
 Contract for consumers:
