@@ -43,7 +43,7 @@ def kube_api_client(kubeconfig: str | None, environ: Mapping[str, str] = os.envi
     if kubeconfig:
         return from_kubeconfig(kubeconfig)
     if environ.get("KUBERNETES_SERVICE_HOST") and environ.get("KUBERNETES_SERVICE_PORT"):
-        return in_cluster()
+        return in_cluster(environ["KUBERNETES_SERVICE_HOST"], environ["KUBERNETES_SERVICE_PORT"])
     default = (environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
     return from_kubeconfig(default or os.path.expanduser("~/.kube/config"))
 

@@ -25,6 +25,7 @@ from ccm.k8s.client import new_api_client
 from ccm.k8s.eks_token import TOKEN_LIFETIME_S, TOKEN_PREFIX, EksToken, mint_token
 from ccm.k8s.kubeconfig import KubeconfigError, from_kubeconfig, from_kubeconfig_text, in_cluster
 from ccm.k8s.rest import ApiError, KubeRest
+from ccm.wiring.settings import kube_settings_from_env
 from devstack.k8s_emulator import Emulator
 
 
@@ -110,7 +111,7 @@ def test_kubeconfig_from_secrets_manager(
     ]
     monkeypatch.setenv("KUBE_AUTH_MODE", "kubeconfig-secret")
     monkeypatch.setenv("KUBECONFIG_SECRET_ARN", arn)
-    new_api_client().get("/api/v1/nodes")
+    new_api_client(kube_settings_from_env(os.environ)).get("/api/v1/nodes")
     assert tls_emulator.request_log.snapshot()[-1]["user"] == "ccm"
 
 
@@ -143,9 +144,7 @@ def test_in_cluster_uses_the_service_account_token_and_ca(
     (tmp_path / "token").write_text("s3cret")
     (tmp_path / "ca.crt").write_bytes(tls_emulator.ca_pem)
     url = urllib.parse.urlparse(tls_emulator.url)
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", str(url.hostname))
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(url.port))
-    in_cluster(str(tmp_path)).get("/api/v1/nodes")
+    in_cluster(str(url.hostname), str(url.port), str(tmp_path)).get("/api/v1/nodes")
     assert tls_emulator.request_log.snapshot()[-1]["user"] == "ccm"
 
 

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client, config
 
 from ccm.aws.clients import CallCounter
+from ccm.aws.instances import Ec2Instances
 from ccm.config import Settings
 from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
@@ -200,7 +201,8 @@ def test_safety_pass_removes_a_member_whose_deleted_delta_was_lost(
     emulator.delete("nodes", None, victim)  # no delta reaches the nodes Lambda
     settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
     _, on_pass = consumers(settings)  # what the nodes function's composition root wires
-    runtime = NodeRuntime(settings, kube, world.clients, delta_consumers=[], periodic_consumers=on_pass)
+    instances = Ec2Instances(world.clients, settings.region, settings.vpc_id)
+    runtime = NodeRuntime(settings, kube, world.clients, instances, delta_consumers=[], periodic_consumers=on_pass)
 
     runtime.on_safety_pass(SafetyPass("tick-1"))
 

@@ -19,6 +19,7 @@ from kubernetes import client, config
 from moto import mock_aws
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.instances import Ec2Instances
 from ccm.config import Settings
 from ccm.contracts.messages import Delta, delta_for
 from ccm.k8s.kube import Kube
@@ -65,6 +66,7 @@ class Harness:
             Settings("test-cluster", vpc_id, region=REGION),
             Kube(from_kubeconfig(kubeconfig)),
             clients,
+            Ec2Instances(clients, REGION, vpc_id),
             delta_consumers=[self._consumer],
             periodic_consumers=[lambda ctx: self.pass_calls.append(len(ctx.nodes))],
         )
@@ -416,7 +418,7 @@ def test_pass_context_shape(h: Harness) -> None:
 
 
 def test_driver_batches_lookups_and_refuses_ambiguous_names(h: Harness) -> None:
-    from ccm.aws.instances import FILTER_CHUNK, Ec2Instances
+    from ccm.aws.instances import FILTER_CHUNK
 
     driver = Ec2Instances(h.clients, REGION)  # no VPC scope: the name below matches in every VPC
     real = h.instance(0)

@@ -24,6 +24,7 @@ from ccm.route.kube import RouteKube
 from ccm.route.plan import parse_cluster_cidrs
 from ccm.route.runtime import RouteRuntime, RouteSettings
 from ccm.route.trigger import ROUTES_GROUP
+from ccm.wiring.routes import build_route_runtime
 from devstack.aws import faithful_moto_route_state
 from devstack.k8s_emulator import Emulator
 from devstack.queues import lambda_record
@@ -129,7 +130,9 @@ def env(world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     sqs = boto3.client("sqs", region_name=REGION)
     url = sqs.create_queue(QueueName="routes.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})
     clients = AwsClients(region=REGION, counter=world.clients.counter)
-    runtime = RouteRuntime(RouteSettings(CLUSTER, world.vpc_id, CIDRS), RouteKube(from_kubeconfig(kubeconfig)), clients)
+    runtime = build_route_runtime(
+        RouteSettings(CLUSTER, world.vpc_id, CIDRS), RouteKube(from_kubeconfig(kubeconfig)), clients
+    )
     world.clients = clients
     core = client.CoreV1Api(api_client)
     yield Env(world, emu, core, runtime, ec2, sqs, url["QueueUrl"], tables, untagged, faults_file)

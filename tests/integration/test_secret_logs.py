@@ -7,6 +7,7 @@ token is one)."""
 from __future__ import annotations
 
 import logging
+import os
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 from ccm.k8s.client import new_api_client
 from ccm.k8s.eks_token import EksToken
 from ccm.k8s.rest import KubeRest
+from ccm.wiring.settings import kube_settings_from_env
 from devstack.k8s_emulator import Emulator
 
 from .test_kube_client import aws, eks_validator, presigned_url  # noqa: F401  (aws is a fixture)
@@ -63,7 +65,7 @@ def test_the_kubeconfig_secret_is_not_logged_at_debug(
         monkeypatch.setenv("KUBE_AUTH_MODE", "kubeconfig-secret")
         monkeypatch.setenv("KUBECONFIG_SECRET_ARN", arn)
         debug_logs.lines.clear()
-        new_api_client().get("/api/v1/nodes")
+        new_api_client(kube_settings_from_env(os.environ)).get("/api/v1/nodes")
         assert emu.request_log.snapshot()[-1]["user"] == "ccm"  # the secret was read and used
     finally:
         emu.stop()

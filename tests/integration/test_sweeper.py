@@ -17,6 +17,7 @@ from kubernetes import client, config
 
 from ccm.aws import faults, names
 from ccm.aws.clients import AwsClients
+from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
 from ccm.contracts.cloud import PassFlags
 from ccm.contracts.messages import delta_for, parse_delta
@@ -108,8 +109,10 @@ class Stack:
         settings = SweeperSettings(
             Settings(CLUSTER, self.world.vpc_id, default_lb_type="nlb"), self.queue_url, TABLE, dry_run, GRACE
         )
+        clients = clients or self.world.clients
+        groups = SecurityGroups(clients, self.world.vpc_id, CLUSTER)
         lister = ServiceLister(self.lambda_api)
-        return Sweeper(settings, Kube(self.lambda_api), lister, clients or self.world.clients, clock=self.clock)
+        return Sweeper(settings, Kube(self.lambda_api), lister, clients, groups, clock=self.clock)
 
     def sweep(self, dry_run: bool = False, after: float = 0.0) -> RunReport:
         self.clock.now += after

@@ -1,4 +1,4 @@
-"""ccm.aws.errors is the one reader of an AWS error's code and message."""
+"""ccm.errors is the one reader of an AWS error's code and message (the drivers import it as ccm.aws.errors)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 from ccm.aws.errors import error_code, error_message, response_error_code
 
 REPO = Path(__file__).resolve().parents[2]
-HELPER = REPO / "layers/ccm/ccm/aws/errors.py"
+HELPER = REPO / "layers/ccm/ccm/errors.py"  # a shared leaf: controllers read it too, without ccm.aws
 # `["Error"]`, `.get("Error"`: reading botocore's error member by hand.
 ERROR_MEMBER = re.compile(r"""\[\s*["']Error["']\s*\]|\.get\(\s*["']Error["']""")
 
@@ -40,4 +40,4 @@ def test_no_other_module_reads_the_error_member() -> None:
         if ERROR_MEMBER.search(line)
     ]
     assert HELPER in sources
-    assert not offenders, "use ccm.aws.errors:\n" + "\n".join(offenders)
+    assert not offenders, "use ccm.errors:\n" + "\n".join(offenders)

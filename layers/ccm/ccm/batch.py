@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, proce
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm import deadline
-from ccm.aws.clients import AwsClients
+from ccm.contracts.cloud import CloudClients
 from ccm.retry import RETURN_DELAY_SECONDS
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class Returned(Deferred):
 
 
 class FifoBatchRuntime:
-    def __init__(self, clients: AwsClients) -> None:
+    def __init__(self, clients: CloudClients) -> None:
         self.clients = clients
         self._delays: dict[str, int] = {}
         self._queue_urls: dict[str, str] = {}
@@ -99,7 +99,7 @@ class FifoBatchRuntime:
 
 
 def set_visibility(
-    clients: AwsClients, queue_urls: dict[str, str], entries_by_arn: dict[str, list[dict[str, Any]]]
+    clients: CloudClients, queue_urls: dict[str, str], entries_by_arn: dict[str, list[dict[str, Any]]]
 ) -> None:
     """ChangeMessageVisibilityBatch per queue (10 entries per call); `queue_urls` caches ARN -> URL."""
     sqs = clients.client("sqs")

@@ -14,6 +14,20 @@ DEFAULT_BUCKET_SECONDS: Final = 15
 
 
 @dataclass(frozen=True, slots=True)
+class KubeSettings:
+    """How the functions reach the Kubernetes API (ccm.k8s.client.new_api_client)."""
+
+    # eks (eks:DescribeCluster + a locally minted token), kubeconfig-secret, kubeconfig (a file: the devstack) or
+    # in-cluster; KUBE_AUTH_MODE, defaulting to kubeconfig when KUBECONFIG is set, else eks.
+    auth_mode: str = "eks"
+    cluster_name: str = ""  # eks: the EKS cluster
+    kubeconfig: str = ""  # kubeconfig: the file (KUBECONFIG, else ~/.kube/config)
+    kubeconfig_secret_arn: str = ""  # kubeconfig-secret: the Secrets Manager secret holding the kubeconfig
+    service_host: str = ""  # in-cluster: KUBERNETES_SERVICE_HOST / _PORT, as the kubelet sets them
+    service_port: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     cluster_name: str
     vpc_id: str
@@ -38,3 +52,5 @@ class Settings:
     sweeper_table: str = ""
     sweeper_dry_run: bool = False
     sweeper_grace_seconds: float = 1800.0
+    # The Kubernetes client.
+    kube: KubeSettings = KubeSettings()

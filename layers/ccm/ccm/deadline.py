@@ -35,6 +35,8 @@ class OutOfTime(BaseException):
 
 def record_reserve_seconds() -> float:
     """No record starts with less time than this left (CCM_RECORD_RESERVE_SECONDS)."""
+    # Process-level on purpose, not in Settings: a test-only knob no deployment sets, read per batch so a test can
+    # change it while a runtime lives (ccm.wiring.settings lists these hooks).
     raw = os.environ.get(RECORD_RESERVE_ENV, "")
     try:
         return max(0.0, float(raw)) if raw else DEFAULT_RECORD_RESERVE_SECONDS

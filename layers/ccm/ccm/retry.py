@@ -118,6 +118,8 @@ def retry_for(err: BaseException, attempt: int) -> Retry:
 
 def scaled(delay: int) -> int:
     """`delay` times CCM_RETRY_DELAY_SCALE (tests), at least 1 s; unchanged when unset."""
+    # Process-level on purpose, not in Settings: a test-only knob no deployment sets, read per retry so the devstack
+    # and the tests can scale a runtime that is already built (ccm.wiring.settings lists these hooks).
     raw = os.environ.get(DELAY_SCALE_ENV, "")
     try:
         scale = float(raw) if raw else 1.0

@@ -185,6 +185,7 @@ INJECT_LATENCY_ENV = "CCM_AWS_INJECT_LATENCY_MS"
 
 
 def _inject_latency(client: Any) -> None:
+    # Process-level on purpose, not in Settings: only the bench sets it (ccm.wiring.settings lists these hooks).
     delay = float(os.environ.get(INJECT_LATENCY_ENV) or 0) / 1000
     if delay > 0:
         client.meta.events.register("before-send.*.*", lambda **_: time.sleep(delay))

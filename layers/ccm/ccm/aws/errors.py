@@ -1,24 +1,9 @@
-"""The one reader of an AWS error's code and message (botocore's `ClientError.response["Error"]`).
-
-A response may lack the `Error` member or its fields (a stubbed or truncated answer): both read as "".
-"""
+"""The drivers' name for ccm.errors (the one reader of an AWS error's code and message, shared with the runtimes
+and controllers, which must not import ccm.aws)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from botocore.exceptions import ClientError
-
-
-def response_error_code(response: Mapping[str, Any]) -> str:
-    """The error code of a parsed AWS response (what botocore's `after-call` and `needs-retry` hooks see)."""
-    return str((response.get("Error") or {}).get("Code") or "")
-
-
-def error_code(err: ClientError) -> str:
-    return response_error_code(err.response)
-
-
-def error_message(err: ClientError) -> str:
-    return str((err.response.get("Error") or {}).get("Message") or "")
+from ccm.errors import error_code as error_code
+from ccm.errors import error_message as error_message
+from ccm.errors import error_text as error_text
+from ccm.errors import response_error_code as response_error_code

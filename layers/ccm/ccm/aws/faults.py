@@ -22,6 +22,8 @@ class InjectedCrash(RuntimeError):
 
 
 def attach(client: Any) -> None:
+    # Process-level on purpose, not in Settings: only the devstack and the chaos tests set it, and the drivers' clients
+    # must not depend on the composition root to be testable on their own (ccm.wiring.settings lists these hooks).
     path = os.environ.get(ENV_VAR)
     if path:
         client.meta.events.register("after-call.*.*", _FaultPoint(Path(path)))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Final
 
-SERVICE_NAME_TAG: Final = "kubernetes.io/service-name"
-SERVICE_UID_TAG: Final = "serverless-ccm/service-uid"
+# The ownership tag keys are part of the contracts: the service controller reads them too (ccm.service.hints).
+from ccm.contracts.cloud import SERVICE_NAME_TAG as SERVICE_NAME_TAG
+from ccm.contracts.cloud import SERVICE_UID_TAG as SERVICE_UID_TAG
+
 CLUSTER_TAG_PREFIX: Final = "kubernetes.io/cluster/"
 
 

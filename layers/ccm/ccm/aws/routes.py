@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ccm.aws.clients import AwsClients
-from ccm.aws.errors import error_code, error_message
+from ccm.aws.errors import error_code, error_text
 from ccm.contracts.cloud import Route, RouteTable
 
 log = logging.getLogger(__name__)
@@ -32,12 +32,6 @@ def cluster_tag_key(cluster_name: str) -> str:
 def _destination(cidr: str) -> dict[str, str]:
     family = ipaddress.ip_network(cidr, strict=False).version
     return {"DestinationIpv6CidrBlock": cidr} if family == 6 else {"DestinationCidrBlock": cidr}
-
-
-def error_text(err: Exception) -> str:
-    if isinstance(err, ClientError):
-        return f"{error_code(err) or 'Error'}: {error_message(err)}".strip()
-    return f"{type(err).__name__}: {err}"
 
 
 class VpcRoutes:

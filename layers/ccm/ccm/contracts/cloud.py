@@ -8,13 +8,18 @@ Load balancers come in two layers: `LoadBalancer` is what the service controller
 the by-UID calls a Service that is gone needs; ccm.aws.balancers.LoadBalancers picks the type), `LoadBalancerDriver`
 is one type's driver behind it (ccm.aws.nlb, ccm.aws.clb). Both take the pass's `PassFlags` as an argument on
 every call that reads AWS state: nothing per-record is stored on a driver that several records share.
+
+Also here: the ownership tags every resource made for a Service carries (what a controller reads in the answer of
+`OwnershipReader`), and `CloudClients`, the SDK clients a runtime shares with its drivers (its queues and tables,
+and the per-record call counts), built by the composition roots (ccm.wiring) as ccm.aws.clients.AwsClients.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ccm.contracts.kube import KubeObject as KubeObject
 
@@ -35,6 +40,39 @@ class PassFlags:
 
 
 ROUTINE = PassFlags()  # a first attempt of an ADDED/MODIFIED delta
+
+# The ownership tags (cloud-provider-aws's service-name tag, plus ours for the UID) on every resource made for a
+# Service: the drivers write them (ccm.aws.names.resource_tags), the service controller reads them in what
+# `OwnershipReader.tags_for_uid` answers before a delete on a hint (ccm.service.hints).
+SERVICE_NAME_TAG: Final = "kubernetes.io/service-name"
+SERVICE_UID_TAG: Final = "serverless-ccm/service-uid"
+
+
+class CallCounting(Protocol):
+    """Every SDK call made through the clients, counted per thread (ccm.aws.clients.CallCounter)."""
+
+    def reset_thread(self) -> None: ...
+    def thread_calls(self) -> Counter[str]:
+        """Calls of the current thread by "service:Operation" since it last called reset_thread()."""
+        ...
+
+    def thread_throttles(self) -> int: ...
+    def mutating(self, calls: Mapping[str, int]) -> int:
+        """How many of `calls` change something (not a read)."""
+        ...
+
+
+class CloudClients(Protocol):
+    """The SDK clients of one execution environment (ccm.aws.clients.AwsClients): one per service, reused by warm
+    invocations, every call bounded by the invocation's deadline and counted. Runtimes use them for their own queue
+    and table calls (visibility, messages, the membership table) and reset the count per record."""
+
+    @property
+    def counter(self) -> CallCounting: ...
+
+    def client(self, service: str) -> Any:
+        """The boto3 client of `service` ("sqs", "dynamodb", ...)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "to fix. Exit code 1 on any FAIL; WARN and UNKNOWN do not fail.",
     )
     p.add_argument("--cluster", required=True, help="cluster name (the kubernetes.io/cluster/<name> tag)")
+    # The doctor is an operator's CLI, not a function: its flags default to the operator's own environment.
     p.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
     p.add_argument("--stack", help="the CloudFormation stack name (sam deploy's stack_name)")
     phase = p.add_mutually_exclusive_group()

@@ -65,8 +65,8 @@ def from_kubeconfig_text(text: str, base_dir: str = ".") -> KubeRest:
     )
 
 
-def in_cluster(sa_dir: str = SERVICE_ACCOUNT_DIR) -> KubeRest:
-    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+def in_cluster(host: str, port: str, sa_dir: str = SERVICE_ACCOUNT_DIR) -> KubeRest:
+    """The pod's service account; `host` and `port` are KUBERNETES_SERVICE_HOST / _PORT, read by the caller."""
     host = f"[{host}]" if ":" in host else host
     return KubeRest(
         f"https://{host}:{port}", token=_token_file(os.path.join(sa_dir, "token")), ca_file=f"{sa_dir}/ca.crt"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 
-from ccm.aws.clients import AwsClients
+from ccm.contracts.cloud import CloudClients
 from ccm.contracts.messages import Delta, trim_node
 from ccm.membership.model import DEFAULT_BUCKET_SECONDS
 from ccm.membership.store import MembershipStore
@@ -33,7 +33,7 @@ class Membership:
     _updater: MembershipUpdater | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
-    def updater(self, clients: AwsClients) -> MembershipUpdater:
+    def updater(self, clients: CloudClients) -> MembershipUpdater:
         """One per execution environment (this object lives as long as the runtime): its memory of the buckets
         already told survives warm invocations. Built on first use, with the record's call-counting clients."""
         with self._lock:

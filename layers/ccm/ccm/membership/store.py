@@ -21,8 +21,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ccm.aws.clients import AwsClients
-from ccm.aws.errors import error_code
+from ccm.contracts.cloud import CloudClients
+from ccm.errors import error_code
 from ccm.membership.model import MemberRecord, StoredNode
 
 TOMBSTONE_TTL_SECONDS = 24 * 3600
@@ -34,7 +34,7 @@ def _s(value: str) -> dict[str, str]:
 
 
 class MembershipStore:
-    def __init__(self, table_name: str, clients: AwsClients) -> None:
+    def __init__(self, table_name: str, clients: CloudClients) -> None:
         self.table = table_name
         self.clients = clients
 

@@ -16,7 +16,8 @@ passes the consumers to the constructor; nothing registers itself at import::
     def on_node_delta(delta: Delta, ctx: NodeContext) -> None: ...   # e.g. ccm.membership.consumer.Membership
     def on_safety_pass(ctx: PassContext) -> None: ...                # e.g. the membership safety pass
 
-    NodeRuntime(settings, kube, clients, delta_consumers=[on_node_delta], periodic_consumers=[on_safety_pass])
+    NodeRuntime(settings, kube, clients, instances,  # instances: a ccm.contracts.cloud.Instances (the EC2 driver)
+                delta_consumers=[on_node_delta], periodic_consumers=[on_safety_pass])
 
 Contract for consumers:
 - They run after our own step, in list order, for every Node delta (ADDED, MODIFIED, SYNC, DELETED and any
@@ -46,12 +47,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from ccm.aws.clients import AwsClients
-from ccm.aws.instances import Ec2Instances
 from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
-from ccm.contracts.cloud import InstanceMetadata, KubeObject, RetryError
+from ccm.contracts.cloud import CloudClients, InstanceMetadata, Instances, KubeObject, RetryError
 from ccm.contracts.messages import Delta
 from ccm.contracts.provider_id import instance_id_from_provider_id
 from ccm.k8s.kube import Kube
@@ -79,8 +78,8 @@ class NodeContext:
     settings: Settings
     kube: Kube
     api: NodeApi
-    clients: AwsClients
-    instances: Ec2Instances
+    clients: CloudClients
+    instances: Instances
     key: str
     attempt: int = 1
     _node: KubeObject | None = None
@@ -103,8 +102,8 @@ class PassContext:
     settings: Settings
     kube: Kube
     api: NodeApi
-    clients: AwsClients
-    instances_driver: Ec2Instances
+    clients: CloudClients
+    instances_driver: Instances
     nodes: list[KubeObject] = field(default_factory=list)
     instances: dict[str, InstanceMetadata | None] = field(default_factory=dict)
     attempt: int = 1
@@ -130,16 +129,18 @@ class NodeRuntime(FifoBatchRuntime):
         self,
         settings: Settings,
         kube: Kube,
-        clients: AwsClients,
+        clients: CloudClients,
+        instances: Instances,
         *,
         delta_consumers: Sequence[NodeDeltaConsumer] = (),
         periodic_consumers: Sequence[PeriodicConsumer] = (),
     ) -> None:
+        """Built by the composition root (ccm.wiring.nodes), which picks the instances driver and the consumers."""
         super().__init__(clients)
         self.settings = settings
         self.kube = kube
         self.api = NodeApi(kube)
-        self.instances = Ec2Instances(clients, settings.region, settings.vpc_id)
+        self.instances = instances
         self.sync = NodeSync(self.api, self.instances)
         # Run after our own step, in this order (see the module docstring for their contract).
         self._delta_consumers = list(delta_consumers)

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ccm.aws.routes import error_text
 from ccm.contracts.cloud import Routes
 from ccm.contracts.kube import RouteKubeApi
+from ccm.errors import error_text
 from ccm.k8s.kube import now
 from ccm.route import plan as p
 

@@ -29,11 +29,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm import deadline
-from ccm.aws.clients import AwsClients
-from ccm.aws.routes import VpcRoutes
 from ccm.batch import set_visibility
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
+from ccm.contracts.cloud import CloudClients, Routes
 from ccm.contracts.kube import RouteKubeApi
 from ccm.retry import failure_delay
 from ccm.route.plan import Network, parse_cluster_cidrs
@@ -77,10 +76,11 @@ class _Received:
 class RouteRuntime:
     """Built once per execution environment and reused by warm invocations."""
 
-    def __init__(self, settings: RouteSettings, kube: RouteKubeApi, clients: AwsClients) -> None:
+    def __init__(self, settings: RouteSettings, kube: RouteKubeApi, clients: CloudClients, routes: Routes) -> None:
+        """Built by the composition root (ccm.wiring.routes), which picks the driver (`routes`) and the clients."""
         self.settings = settings
         self.clients = clients
-        self.routes = VpcRoutes(clients, settings.vpc_id)
+        self.routes = routes
         self.reconciler = RouteReconciler(kube, self.routes, settings.cluster_name, settings.cluster_cidrs)
         self._queue_urls: dict[str, str] = {}
         self.senders: Senders | None = settings.senders  # node triggers: the nodes function only (ccm.senders)

@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ccm.aws.clients import AwsClients
+from ccm.contracts.cloud import CloudClients
 from ccm.contracts.messages import Delta, InvalidDelta, parse_delta
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def parse_trigger(body: str) -> Trigger:
 class RoutesFeed:
     """Sends route-relevant Node deltas to the routes queue; a node delta consumer of the nodes Lambda."""
 
-    def __init__(self, clients: AwsClients, queue_url: str) -> None:
+    def __init__(self, clients: CloudClients, queue_url: str) -> None:
         self.clients = clients
         self.queue_url = queue_url
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ccm.aws import names
+from ccm.contracts.cloud import SERVICE_NAME_TAG, SERVICE_UID_TAG
 
 
 def hint_delete_refusal(
@@ -26,7 +26,7 @@ def hint_delete_refusal(
     its security groups with the cluster only) is cloud-provider-aws's for this very Service: the name carries
     the UID."""
     for tags in found:
-        owner_uid, owner_key = tags.get(names.SERVICE_UID_TAG), tags.get(names.SERVICE_NAME_TAG)
+        owner_uid, owner_key = tags.get(SERVICE_UID_TAG), tags.get(SERVICE_NAME_TAG)
         if owner_uid is None and untagged_uid_ok and owner_key in (None, key):  # upstream tags its groups so
             continue
         if owner_uid == uid and untagged_uid_ok and owner_key is None:  # such a group we claimed while deleting

@@ -19,11 +19,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from ccm.aws.clients import AwsClients
 from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
-from ccm.contracts.cloud import LoadBalancer, PassFlags
+from ccm.contracts.cloud import CloudClients, LoadBalancer, PassFlags
 from ccm.contracts.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
 from ccm.retry import retry_for
 from ccm.senders import Senders, sender_refusal
@@ -40,7 +39,7 @@ class ServiceRuntime(FifoBatchRuntime):
     """Built once per execution environment and reused by warm invocations."""
 
     def __init__(
-        self, settings: Settings, clients: AwsClients, reconciler: ServiceReconciler, balancer: LoadBalancer
+        self, settings: Settings, clients: CloudClients, reconciler: ServiceReconciler, balancer: LoadBalancer
     ) -> None:
         """Built by the composition root (ccm.wiring.services.build_service_runtime)."""
         super().__init__(clients)

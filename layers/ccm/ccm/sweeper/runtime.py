@@ -108,15 +108,18 @@ class Sweeper:
         kube: Kube,
         lister: ServiceLister,
         clients: AwsClients,
+        groups: SecurityGroups,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """Built by the composition root (ccm.wiring.sweeper), which builds the security groups driver; the rest
+        (inventory, actions, marks) are the sweeper's own AWS-side parts on the same clients."""
         self.settings = settings
         self.kube = kube
         self.lister = lister
         self.clients = clients
         self.clock = clock
         base = settings.base
-        self.groups = SecurityGroups(clients, base.vpc_id, base.cluster_name)
+        self.groups = groups
         self.inventory = Inventory(clients, base.cluster_name)
         self.actions = Actions(clients, self.groups, base.cluster_name, settings.services_queue_url)
         self.marks = OrphanMarks(settings.table, clients)

@@ -4,6 +4,7 @@ settings (membership when its table and the services queue are configured; the r
 from __future__ import annotations
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.instances import Ec2Instances
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
@@ -31,12 +32,13 @@ def consumers(settings: Settings) -> tuple[list[NodeDeltaConsumer], list[Periodi
 
 def build_node_runtime(settings: Settings, kube: Kube, clients: AwsClients) -> NodeRuntime:
     on_delta, on_pass = consumers(settings)
-    return NodeRuntime(settings, kube, clients, delta_consumers=on_delta, periodic_consumers=on_pass)
+    instances = Ec2Instances(clients, settings.region, settings.vpc_id)
+    return NodeRuntime(settings, kube, clients, instances, delta_consumers=on_delta, periodic_consumers=on_pass)
 
 
 def _from_env() -> NodeRuntime:
     settings = settings_from_env()
-    return build_node_runtime(settings, Kube(new_api_client()), AwsClients(region=aws_region(settings)))
+    return build_node_runtime(settings, Kube(new_api_client(settings.kube)), AwsClients(region=aws_region(settings)))
 
 
 runtime: PerEnvironment[NodeRuntime] = PerEnvironment(_from_env)

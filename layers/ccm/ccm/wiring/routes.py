@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.routes import VpcRoutes
+from ccm.contracts.kube import RouteKubeApi
 from ccm.k8s.client import new_api_client
 from ccm.per_environment import PerEnvironment
 from ccm.route.kube import RouteKube
@@ -11,10 +13,14 @@ from ccm.route.runtime import RouteRuntime, RouteSettings
 from ccm.wiring.settings import aws_region, settings_from_env
 
 
+def build_route_runtime(settings: RouteSettings, kube: RouteKubeApi, clients: AwsClients) -> RouteRuntime:
+    return RouteRuntime(settings, kube, clients, VpcRoutes(clients, settings.vpc_id))
+
+
 def _from_env() -> RouteRuntime:
     settings = settings_from_env()
-    return RouteRuntime(
-        RouteSettings.of(settings), RouteKube(new_api_client()), AwsClients(region=aws_region(settings))
+    return build_route_runtime(
+        RouteSettings.of(settings), RouteKube(new_api_client(settings.kube)), AwsClients(region=aws_region(settings))
     )
 
 

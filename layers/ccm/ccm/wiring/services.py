@@ -48,7 +48,7 @@ def _from_env() -> ServiceRuntime:
     clients = AwsClients(region=aws_region(settings))
     table = settings.membership_table
     store = MembershipStore(table, clients) if table else None
-    return build_service_runtime(settings, Kube(new_api_client()), clients, store)
+    return build_service_runtime(settings, Kube(new_api_client(settings.kube)), clients, store)
 
 
 runtime: PerEnvironment[ServiceRuntime] = PerEnvironment(_from_env)

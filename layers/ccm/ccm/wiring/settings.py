@@ -1,9 +1,9 @@
 """The one reading of the environment (per execution environment): every function's settings as one value.
 
 Left outside on purpose (process-level, each says why where it reads): the Powertools logger/metrics names (needed
-by the handler decorators at import; Powertools reads its own variables anyway), the Kubernetes client's auth
-(ccm.k8s.client) and the test/bench-only hooks (CCM_RETRY_DELAY_SCALE, CCM_RECORD_RESERVE_SECONDS, fault and
-latency injection).
+by the handler decorators at import; Powertools reads its own variables anyway) and the test/bench-only hooks
+(CCM_RETRY_DELAY_SCALE in ccm.retry, CCM_RECORD_RESERVE_SECONDS in ccm.deadline, CCM_FAULTS_FILE in ccm.aws.faults,
+CCM_AWS_INJECT_LATENCY_MS in ccm.aws.clients): no deployment sets them, and tests change them while a runtime lives.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ccm.config import DEFAULT_BUCKET_SECONDS, DEFAULT_LOAD_BALANCER_CLASS, Settings
+from ccm.config import DEFAULT_BUCKET_SECONDS, DEFAULT_LOAD_BALANCER_CLASS, KubeSettings, Settings
 from ccm.senders import senders_from_env
 
 
@@ -34,6 +34,18 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         sweeper_table=env.get("SWEEPER_TABLE") or env.get("MEMBERSHIP_TABLE", ""),
         sweeper_dry_run=env.get("SWEEPER_DRY_RUN", "false").strip().lower() in ("1", "true", "yes"),
         sweeper_grace_seconds=60.0 * float(env.get("SWEEPER_GRACE_MINUTES") or 30),
+        kube=kube_settings_from_env(env),
+    )
+
+
+def kube_settings_from_env(env: Mapping[str, str]) -> KubeSettings:
+    return KubeSettings(
+        auth_mode=env.get("KUBE_AUTH_MODE", "kubeconfig" if env.get("KUBECONFIG") else "eks"),
+        cluster_name=env.get("CLUSTER_NAME", ""),
+        kubeconfig=env.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"),
+        kubeconfig_secret_arn=env.get("KUBECONFIG_SECRET_ARN", ""),
+        service_host=env.get("KUBERNETES_SERVICE_HOST", ""),
+        service_port=env.get("KUBERNETES_SERVICE_PORT", ""),
     )
 
 

@@ -1,8 +1,10 @@
-"""Composition root of the sweeper function."""
+"""Composition root of the sweeper function: the sweeper is provider-side (it lists and deletes ELB/EC2 resources
+with the drivers' own models, docs/architecture.md); it gets the security groups driver from here."""
 
 from __future__ import annotations
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
 from ccm.per_environment import PerEnvironment
@@ -18,8 +20,10 @@ def _from_env() -> Sweeper:
     from ccm.k8s.client import new_api_client  # the Kubernetes client is built once per execution environment
 
     settings = sweeper_settings(settings_from_env())
-    api_client = new_api_client()
-    return Sweeper(settings, Kube(api_client), ServiceLister(api_client), AwsClients(region=aws_region(settings.base)))
+    api_client = new_api_client(settings.base.kube)
+    clients = AwsClients(region=aws_region(settings.base))
+    groups = SecurityGroups(clients, settings.base.vpc_id, settings.base.cluster_name)
+    return Sweeper(settings, Kube(api_client), ServiceLister(api_client), clients, groups)
 
 
 runtime: PerEnvironment[Sweeper] = PerEnvironment(_from_env)
