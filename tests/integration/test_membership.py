@@ -243,7 +243,8 @@ def test_a_forged_node_deleted_removes_no_member_until_the_api_confirms(
     table.register_service("default/all", "uid-all", {})
     settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
     on_delta, _ = consumers(settings)  # what the nodes function's composition root wires
-    runtime = NodeRuntime(settings, kube, world.clients, delta_consumers=on_delta)
+    instances = Ec2Instances(world.clients, settings.region, settings.vpc_id)
+    runtime = NodeRuntime(settings, kube, world.clients, instances, delta_consumers=on_delta)
     members = sorted(n["metadata"]["name"] for n in world.nodes())
     victim = next(n for n in kube.list_nodes_at()[0] if n["metadata"]["name"] == members[1])
 
@@ -268,7 +269,8 @@ def test_a_node_deleted_for_a_name_now_held_by_another_node_removes_the_old_memb
     MemberNodes(kube, table).records()
     settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
     on_delta, _ = consumers(settings)
-    runtime = NodeRuntime(settings, kube, world.clients, delta_consumers=on_delta)
+    instances = Ec2Instances(world.clients, settings.region, settings.vpc_id)
+    runtime = NodeRuntime(settings, kube, world.clients, instances, delta_consumers=on_delta)
     members = sorted(n["metadata"]["name"] for n in world.nodes())
     old = next(n for n in kube.list_nodes_at()[0] if n["metadata"]["name"] == members[0])
     emulator.delete("nodes", None, members[0])
