@@ -250,6 +250,7 @@ def test_placement_warnings_name_what_aws_fixes_at_creation():
     )
     (scheme,) = m.placement_warnings(_live_lb(), _config(scheme="internal"), None)
     assert "internet-facing and cannot change to internal" in scheme
+    assert "aws-load-balancer-scheme" in scheme  # the annotation is named, as on a Classic ELB
     (moved,) = m.placement_warnings(_live_lb(), _config(subnets="subnet-0000000c"), ["subnet-0000000c"])
     assert "aws-load-balancer-subnets asks for subnet-0000000c" in moved and "subnet-0000000a, subnet-0000000b" in moved
 

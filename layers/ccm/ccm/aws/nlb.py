@@ -20,6 +20,7 @@ from ccm.aws import nlb_model as m
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
+from ccm.aws.fixed_settings import FIXED_SETTING
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, validate_against_subnets
 from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
@@ -38,9 +39,6 @@ from ccm.contracts.cloud import (
 )
 
 log = logging.getLogger(__name__)
-
-# Warning event reasons (the LB is converged otherwise; these say what was not applied and why).
-FIXED_SETTING = "LoadBalancerSettingFixed"
 
 
 class NetworkLoadBalancers:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ccm.aws import fixed_settings as fixed
 from ccm.aws import names
 from ccm.aws.lbconfig import PREFIX as ANNOTATION_PREFIX
 from ccm.aws.lbconfig import HealthCheck, LoadBalancerConfig
@@ -307,10 +308,9 @@ def placement_warnings(
     """Pure: what the Service asks for that AWS fixes when an NLB is created (scheme, subnets, EIPs, private
     IPs). The live NLB is kept and converged otherwise; each difference becomes one Warning event. Addresses are
     compared only when the API reports them."""
-    keep = "the live NLB is kept; delete and re-create the Service to apply it, or revert the change"
-    found: list[str] = []
-    if lb.get("Scheme") and lb["Scheme"] != config.scheme:
-        found.append(f"the NLB scheme is {lb['Scheme']} and cannot change to {config.scheme} after creation: {keep}")
+    keep = fixed.keep("NLB")
+    scheme = fixed.scheme_kept("NLB", lb.get("Scheme") or "", config)
+    found: list[str] = [scheme] if scheme else []
     zones = lb.get("AvailabilityZones") or []
     live_subnets = sorted(z["SubnetId"] for z in zones if z.get("SubnetId"))
     if wanted_subnets is not None and live_subnets and sorted(wanted_subnets) != live_subnets:
