@@ -27,6 +27,7 @@ from ccm.aws.errors import error_code
 from ccm.aws.fixed_settings import FIXED_SETTING, scheme_kept
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
 from ccm.aws.lbconfig.notices import annotation_notices
+from ccm.aws.ownership import clb_tags, ours_to_delete
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
@@ -146,7 +147,7 @@ class ClassicLoadBalancers:
         name = names.load_balancer_name(uid)
         tags = self._tags(name)
         if tags is not None:
-            if not _owned(tags, uid, cluster_name):
+            if not ours_to_delete(tags, uid, cluster_name):
                 log.warning("clb %s: not tagged for this cluster, left in place", name)
                 return False
             if self.security_groups is not None:
@@ -188,13 +189,7 @@ class ClassicLoadBalancers:
 
     def _tags(self, name: str) -> dict[str, str] | None:
         """The LB's tags, or None when it does not exist."""
-        try:
-            described = self.elb.describe_tags(LoadBalancerNames=[name])["TagDescriptions"]
-        except ClientError as err:
-            if error_code(err) == "LoadBalancerNotFound":
-                return None
-            raise
-        return {t["Key"]: t.get("Value", "") for d in described for t in d.get("Tags") or []}
+        return clb_tags(self.elb, name)
 
     def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:
         """Rediscovered on every ensure, so new or retagged subnets are attached and removed ones detached."""
@@ -294,14 +289,6 @@ def _listener(ls: m.ListenerSpec) -> dict[str, Any]:
     if ls.certificate:
         out["SSLCertificateId"] = ls.certificate
     return out
-
-
-def _owned(tags: dict[str, str], uid: str, cluster_name: str | None) -> bool:
-    """Ours to delete: the cluster tag (any value, as upstream), or without a cluster name any Kubernetes cluster
-    tag or our UID tag (the name already carries the Service UID; this only spares LBs made by hand)."""
-    if cluster_name is not None:
-        return names.cluster_tag_key(cluster_name) in tags
-    return tags.get(names.SERVICE_UID_TAG) == uid or any(k.startswith(names.CLUSTER_TAG_PREFIX) for k in tags)
 
 
 # -- what AWS reports ------------------------------------------------------------------------------------------------

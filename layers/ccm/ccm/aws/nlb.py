@@ -23,6 +23,7 @@ from ccm.aws.errors import error_code
 from ccm.aws.fixed_settings import FIXED_SETTING
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, validate_against_subnets
 from ccm.aws.lbconfig.notices import annotation_notices
+from ccm.aws.ownership import nlb_tags, ours_to_delete
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
@@ -164,15 +165,23 @@ class NetworkLoadBalancers:
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
         """This driver alone: the NLB, then its security group (LoadBalancers does the same for both types)."""
         uid = p.meta(service)["uid"]
-        if self.delete_for_uid(uid) and self.security_groups is not None:
+        if self.delete_for_uid(uid, cluster_name) and self.security_groups is not None:
             # After the LB: AWS keeps the group busy a while (RetryError until it lets go).
             self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
-    def delete_for_uid(self, uid: str) -> bool:
+    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> bool:
         """The NLB (its listeners go with it) and its target groups; never the security group, which a Classic ELB
-        of the same Service shares by name (the caller releases it once no LB uses it)."""
-        lb = self._describe_lb(names.load_balancer_name(uid))
+        of the same Service shares by name (the caller releases it once no LB uses it). False when an NLB of that
+        name is left in place (not ours), with everything it uses."""
+        name = names.load_balancer_name(uid)
+        lb = self._describe_lb(name)
+        if lb is not None:
+            tags = nlb_tags(self.clients.elbv2, lb["LoadBalancerArn"])
+            if tags is not None and not ours_to_delete(tags, uid, cluster_name):
+                log.warning("nlb %s: not tagged for this cluster, left in place", name)
+                return False
+            lb = None if tags is None else lb  # gone meanwhile: only its target groups are left to delete
         groups = self._tagged_target_groups(uid)
         if lb is not None:
             for tg in self._target_groups_of(lb["LoadBalancerArn"]):
