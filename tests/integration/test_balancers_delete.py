@@ -150,3 +150,23 @@ def test_switching_type_keeps_the_shared_group_and_its_node_rule(env: Env, befor
 
 def svc_name(svc: dict[str, Any]) -> str:
     return ("a" + svc["metadata"]["uid"].replace("-", ""))[:32]
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_a_load_balancer_of_the_service_name_tagged_for_another_cluster_is_never_deleted(
+    env: Env, lb_type: str
+) -> None:
+    """The cluster name reaches both drivers' ownership check (ccm.aws.ownership.ours_to_delete): a delete by UID
+    alone would accept any cluster's tag."""
+    svc = _svc(lb_type)
+    name = ("a" + svc["metadata"]["uid"].replace("-", ""))[:32]
+    tags = [{"Key": "kubernetes.io/cluster/another-cluster", "Value": "owned"}]
+    vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
+    subnets = [s["SubnetId"] for s in env.ec2.describe_subnets(Filters=vpc_filter)["Subnets"]]
+    if lb_type == "nlb":
+        env.elbv2.create_load_balancer(Name=name, Type="network", Subnets=subnets, Tags=tags)
+    else:
+        listeners = [{"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}]
+        env.elb.create_load_balancer(LoadBalancerName=name, Listeners=listeners, Subnets=subnets, Tags=tags)
+    env.lbs.ensure_load_balancer_deleted(CLUSTER, svc)
+    assert (env.nlbs() if lb_type == "nlb" else env.clbs()) == [name]

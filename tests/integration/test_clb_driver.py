@@ -288,13 +288,34 @@ def test_refusals_change_nothing(env: Env):
         env.ensure(service(annotations={A + "type": "external"}))
     assert env.world.clients.counter.thread_calls() == {}
 
+
+def test_a_scheme_change_keeps_the_clb_warns_and_converges_the_rest(env: Env):
+    # The NLB's rule (ccm.aws.fixed_settings): never a refusal that leaves the rest unconverged, never a re-create.
     svc = service()
     env.ensure(svc)
-    svc["metadata"]["annotations"] = {A + "internal": "true"}
-    with pytest.raises(InvalidServiceConfig, match="scheme cannot change"):
-        env.ensure(svc)
-    assert CallCounter.mutating(env.world.clients.counter.thread_calls()) == 0
-    assert env.describe(svc)["Scheme"] == "internet-facing"
+    before = env.describe(svc)
+    # A private subnet an internal CLB would be moved to, were the rest converged for the scheme asked for.
+    private = env.ec2.create_subnet(VpcId=env.world.vpc_id, CidrBlock="10.0.7.0/24", AvailabilityZone="us-east-1a")
+    env.ec2.create_tags(
+        Resources=[private["Subnet"]["SubnetId"]], Tags=[{"Key": "kubernetes.io/role/internal-elb", "Value": "1"}]
+    )
+    svc["metadata"]["annotations"] = {A + "internal": "true", A + "connection-idle-timeout": "120"}
+    env.world.clients.counter.reset_thread()
+    status = env.clb.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    assert mutating(env.world.clients.counter.thread_calls()) == {"elb:ModifyLoadBalancerAttributes": 1}
+    (warning,) = status.warnings
+    assert warning.reason == "LoadBalancerSettingFixed"
+    assert "internet-facing and cannot change to internal" in warning.message
+    assert "aws-load-balancer-internal" in warning.message and "Classic ELB is kept" in warning.message
+    after = env.describe(svc)
+    assert after["Scheme"] == "internet-facing"
+    assert (after["DNSName"], after["CreatedTime"], after["Subnets"]) == (
+        before["DNSName"],
+        before["CreatedTime"],
+        before["Subnets"],
+    )
+    assert after["Attributes"]["ConnectionSettings"]["IdleTimeout"] == 120
+    assert CallCounter.mutating(env.ensure(svc)) == 0  # the Warning again, nothing to write
 
 
 def test_subnets_annotation_by_name_kept_in_sync(env: Env):

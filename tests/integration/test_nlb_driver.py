@@ -273,3 +273,39 @@ def test_a_terminated_instance_alone_is_refused_and_dropped(world: World):
     }
     (warning,) = status.warnings
     assert warning.reason == "TargetsRefused" and gone in warning.message
+
+
+def test_an_nlb_of_our_name_not_tagged_for_us_is_left_in_place_and_reported(
+    world: World, caplog: pytest.LogCaptureFixture
+):
+    """The Classic ELB driver's rule (ccm.aws.ownership.ours_to_delete): the name alone proves nothing."""
+    svc, by_hand = service(ports=[(80, 30080)]), service(name="other", ports=[(80, 30080)])
+    elbv2 = world.clients.session.client("elbv2")
+    ec2 = world.clients.session.client("ec2")
+    vpc_filter = [{"Name": "vpc-id", "Values": [world.vpc_id]}]
+    subnets = [s["SubnetId"] for s in ec2.describe_subnets(Filters=vpc_filter)["Subnets"]]
+    arns = []
+    another_cluster, hand_made = {"kubernetes.io/cluster/another-cluster": "owned"}, {"team": "web"}
+    for made, tag in ((svc, another_cluster), (by_hand, hand_made)):
+        tags = [{"Key": k, "Value": v} for k, v in tag.items()]
+        name = ("a" + made["metadata"]["uid"].replace("-", ""))[:32]
+        lb = elbv2.create_load_balancer(Name=name, Type="network", Subnets=subnets, Tags=tags)["LoadBalancers"][0]
+        group = elbv2.create_target_group(Name=f"{name[:20]}-tg", Protocol="TCP", Port=30080, VpcId=world.vpc_id)
+        tg = group["TargetGroups"][0]["TargetGroupArn"]
+        action = [{"Type": "forward", "TargetGroupArn": tg}]
+        elbv2.create_listener(LoadBalancerArn=lb["LoadBalancerArn"], Port=80, Protocol="TCP", DefaultActions=action)
+        arns += [lb["LoadBalancerArn"], tg]
+
+    world.clients.counter.reset_thread()
+    with caplog.at_level("WARNING", logger="ccm.aws.nlb"):
+        world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)  # another cluster's
+        assert world.nlb.delete_for_uid(by_hand["metadata"]["uid"]) is False  # no cluster tag at all
+    assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
+    assert sorted(lb["LoadBalancerArn"] for lb in elbv2.describe_load_balancers()["LoadBalancers"]) == sorted(
+        arns[0::2]
+    )
+    assert sorted(tg["TargetGroupArn"] for tg in all_target_groups(world)) == sorted(arns[1::2])
+    assert [r.getMessage().endswith("not tagged for this cluster, left in place") for r in caplog.records] == [
+        True,
+        True,
+    ]

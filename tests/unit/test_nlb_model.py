@@ -1,6 +1,7 @@
 import pytest
 
 from ccm.aws import nlb_model as m
+from ccm.aws import nlb_placement as placed
 from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.aws.subnets import choose_subnets
 from ccm.contracts.cloud import InvalidServiceConfig
@@ -241,16 +242,17 @@ def _config(**annotations):
 
 
 def test_placement_warnings_name_what_aws_fixes_at_creation():
-    assert m.placement_warnings(_live_lb(), _config(), None) == []
+    assert placed.placement_warnings(_live_lb(), _config(), None) == []
     assert (
-        m.placement_warnings(
+        placed.placement_warnings(
             _live_lb(), _config(subnets="subnet-0000000b,subnet-0000000a"), ["subnet-0000000b", "subnet-0000000a"]
         )
         == []
     )
-    (scheme,) = m.placement_warnings(_live_lb(), _config(scheme="internal"), None)
+    (scheme,) = placed.placement_warnings(_live_lb(), _config(scheme="internal"), None)
     assert "internet-facing and cannot change to internal" in scheme
-    (moved,) = m.placement_warnings(_live_lb(), _config(subnets="subnet-0000000c"), ["subnet-0000000c"])
+    assert "aws-load-balancer-scheme" in scheme  # the annotation is named, as on a Classic ELB
+    (moved,) = placed.placement_warnings(_live_lb(), _config(subnets="subnet-0000000c"), ["subnet-0000000c"])
     assert "aws-load-balancer-subnets asks for subnet-0000000c" in moved and "subnet-0000000a, subnet-0000000b" in moved
 
 
@@ -259,15 +261,15 @@ def test_placement_warnings_compare_addresses_only_when_aws_reports_them():
     same = _config(
         subnets="subnet-0000000a,subnet-0000000b", **{"eip-allocations": "eipalloc-00000002,eipalloc-00000001"}
     )
-    assert m.placement_warnings(live, same, ["subnet-0000000a", "subnet-0000000b"]) == []
+    assert placed.placement_warnings(live, same, ["subnet-0000000a", "subnet-0000000b"]) == []
     other = _config(
         subnets="subnet-0000000a,subnet-0000000b", **{"eip-allocations": "eipalloc-00000001,eipalloc-00000009"}
     )
-    (eips,) = m.placement_warnings(live, other, ["subnet-0000000a", "subnet-0000000b"])
+    (eips,) = placed.placement_warnings(live, other, ["subnet-0000000a", "subnet-0000000b"])
     wanted, live_eips = "eipalloc-00000001, eipalloc-00000009", "eipalloc-00000001, eipalloc-00000002"
     assert f"eip-allocations asks for {wanted} but the NLB has {live_eips}" in eips
     not_reported = _live_lb()
-    assert m.placement_warnings(not_reported, other, ["subnet-0000000a", "subnet-0000000b"]) == []
+    assert placed.placement_warnings(not_reported, other, ["subnet-0000000a", "subnet-0000000b"]) == []
 
 
 def test_orphan_groups_are_reused_or_deleted():
@@ -323,10 +325,10 @@ def test_private_ips_are_placed_in_the_subnet_that_contains_them():
     addresses = {"private-ipv4-addresses": "10.0.2.10,10.0.1.10"}
     config = _config(subnets="subnet-0000000a,subnet-0000000b", internal="true", **addresses)
     cidrs = {"subnet-0000000a": "10.0.1.0/24", "subnet-0000000b": "10.0.2.0/24"}
-    assert m.placement(config, ["subnet-0000000a", "subnet-0000000b"], cidrs) == {
+    assert placed.placement(config, ["subnet-0000000a", "subnet-0000000b"], cidrs) == {
         "SubnetMappings": [
             {"SubnetId": "subnet-0000000a", "PrivateIPv4Address": "10.0.1.10"},
             {"SubnetId": "subnet-0000000b", "PrivateIPv4Address": "10.0.2.10"},
         ]
     }
-    assert m.placement(_config(), ["subnet-0000000a"], {}) == {"Subnets": ["subnet-0000000a"]}
+    assert placed.placement(_config(), ["subnet-0000000a"], {}) == {"Subnets": ["subnet-0000000a"]}

@@ -94,15 +94,16 @@ class LoadBalancers:
         self._driver(service).update_load_balancer(cluster_name, service, nodes, flags)
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
-        self.delete_for_uid(p.meta(service)["uid"])
+        self.delete_for_uid(p.meta(service)["uid"], cluster_name)
 
-    def delete_for_uid(self, uid: str) -> None:
-        """Every type's LB first (each driver runs even if another must wait), then the shared group."""
+    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> None:
+        """Every type's LB first (each driver runs even if another must wait), then the shared group. Each driver
+        leaves an LB that is not ours in place (ccm.aws.ownership.ours_to_delete), and the group stays with it."""
         waiting: RetryError | None = None
         all_gone = True
         for driver in self.drivers.values():
             try:
-                all_gone = driver.delete_for_uid(uid) and all_gone
+                all_gone = driver.delete_for_uid(uid, cluster_name) and all_gone
             except RetryError as err:
                 waiting, all_gone = waiting or err, False
         if waiting is not None:

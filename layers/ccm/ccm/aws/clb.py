@@ -24,8 +24,10 @@ from ccm.aws import names
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
+from ccm.aws.fixed_settings import FIXED_SETTING, scheme_kept
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
 from ccm.aws.lbconfig.notices import annotation_notices
+from ccm.aws.ownership import clb_tags, ours_to_delete
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
@@ -80,16 +82,21 @@ class ClassicLoadBalancers:
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> LoadBalancerStatus:
         config = self._config(service)  # before any AWS call: invalid input changes nothing
+        notices = annotation_notices(config, p.annotations_of(service))  # on what the Service asks for
         uid = p.meta(service)["uid"]
         name = names.load_balancer_name(uid)
         lb = self._describe_lb(name)
         tags: dict[str, str] = {}
+        warnings: list[LoadBalancerWarning] = []
         if lb is not None:
             found = self._tags(name)
             if found is None:
                 raise RetryError(f"{name} disappeared while being read", delay_seconds=5)
             tags = found
-            self._check_adoptable(lb, tags, config, cluster_name)
+            self._check_adoptable(lb, tags, cluster_name)
+            if kept := scheme_kept("Classic ELB", lb.get("Scheme") or "", config):
+                warnings.append(LoadBalancerWarning(FIXED_SETTING, kept))
+                config = replace(config, scheme=lb["Scheme"])  # converged as it is: subnets found for its scheme
         # Everything that can refuse the Service happens above and here, before the first write.
         subnets = self._subnets(config, cluster_name, nodes)
         desired = m.desired_clb(service, config, nodes, cluster_name, subnets.ids)
@@ -107,13 +114,12 @@ class ClassicLoadBalancers:
                 attributes = described["LoadBalancerAttributes"]
             observed = observed_from_api(lb, tags, attributes)
         refused = self._apply(name, m.plan(desired, observed, cluster_name))
-        warnings = [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
+        warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         if self.security_groups is not None and groups:
             ids = [i for i in map(p.instance_id, nodes) if i]
             if unreachable := self.security_groups.ensure_node_access(groups, name, uid, ids):
                 warnings.append(LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable))
-        notices = annotation_notices(config, p.annotations_of(service))
         return replace(_status(observed.dns_name), warnings=tuple(warnings), notices=notices)
 
     def update_load_balancer(
@@ -141,7 +147,7 @@ class ClassicLoadBalancers:
         name = names.load_balancer_name(uid)
         tags = self._tags(name)
         if tags is not None:
-            if not _owned(tags, uid, cluster_name):
+            if not ours_to_delete(tags, uid, cluster_name):
                 log.warning("clb %s: not tagged for this cluster, left in place", name)
                 return False
             if self.security_groups is not None:
@@ -166,21 +172,13 @@ class ClassicLoadBalancers:
             raise InvalidServiceConfig("the Service asks for an NLB; the Classic ELB driver cannot make one")
         return config
 
-    def _check_adoptable(
-        self, lb: dict[str, Any], tags: dict[str, str], config: LoadBalancerConfig, cluster_name: str
-    ) -> None:
+    def _check_adoptable(self, lb: dict[str, Any], tags: dict[str, str], cluster_name: str) -> None:
         name = lb["LoadBalancerName"]
         if names.cluster_tag_key(cluster_name) not in tags:
             # Cured on the AWS side (tag or delete it): retried, not "invalid".
             raise CloudStateError(
                 f"a Classic ELB named {name} exists but is not tagged {names.cluster_tag_key(cluster_name)}; "
                 "tag it (value owned) to let this controller adopt it, or delete it"
-            )
-        if lb.get("Scheme") != config.scheme:
-            raise InvalidServiceConfig(
-                f"the Classic ELB {name} is {lb.get('Scheme')} and its scheme cannot change after creation; "
-                "revert the internal/scheme annotation, or delete and re-create the Service to get a "
-                f"{config.scheme} one"
             )
 
     # -- reads ------------------------------------------------------------------------------------------------
@@ -195,13 +193,7 @@ class ClassicLoadBalancers:
 
     def _tags(self, name: str) -> dict[str, str] | None:
         """The LB's tags, or None when it does not exist."""
-        try:
-            described = self.elb.describe_tags(LoadBalancerNames=[name])["TagDescriptions"]
-        except ClientError as err:
-            if error_code(err) == "LoadBalancerNotFound":
-                return None
-            raise
-        return {t["Key"]: t.get("Value", "") for d in described for t in d.get("Tags") or []}
+        return clb_tags(self.elb, name)
 
     def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:
         """Rediscovered on every ensure, so new or retagged subnets are attached and removed ones detached."""
@@ -301,14 +293,6 @@ def _listener(ls: m.ListenerSpec) -> dict[str, Any]:
     if ls.certificate:
         out["SSLCertificateId"] = ls.certificate
     return out
-
-
-def _owned(tags: dict[str, str], uid: str, cluster_name: str | None) -> bool:
-    """Ours to delete: the cluster tag (any value, as upstream), or without a cluster name any Kubernetes cluster
-    tag or our UID tag (the name already carries the Service UID; this only spares LBs made by hand)."""
-    if cluster_name is not None:
-        return names.cluster_tag_key(cluster_name) in tags
-    return tags.get(names.SERVICE_UID_TAG) == uid or any(k.startswith(names.CLUSTER_TAG_PREFIX) for k in tags)
 
 
 # -- what AWS reports ------------------------------------------------------------------------------------------------

@@ -24,11 +24,14 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws import nlb_model as m
+from ccm.aws import nlb_placement as placed
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
+from ccm.aws.fixed_settings import FIXED_SETTING
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, validate_against_subnets
 from ccm.aws.lbconfig.notices import annotation_notices
+from ccm.aws.ownership import nlb_tags, ours_to_delete
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
@@ -46,9 +49,6 @@ from ccm.contracts.cloud import (
 )
 
 log = logging.getLogger(__name__)
-
-# Warning event reasons (the LB is converged otherwise; these say what was not applied and why).
-FIXED_SETTING = "LoadBalancerSettingFixed"
 
 
 class NetworkLoadBalancers:
@@ -87,14 +87,16 @@ class NetworkLoadBalancers:
             choice = self._subnets(config, cluster_name, nodes)
             cidrs = self._cidrs(choice) if config.private_ipv4_addresses else None
             validate_against_subnets(config, choice.ids, cidrs)
-            placement = m.placement(config, choice.ids, cidrs or {})
+            placement = placed.placement(config, choice.ids, cidrs or {})
             warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, choice.warning)] if choice.warning else []
         elif flags.check_attributes:
             wanted_subnets = self._subnets(config, cluster_name, nodes).ids if config.subnets else None
-            warnings = [LoadBalancerWarning(FIXED_SETTING, w) for w in m.placement_warnings(lb, config, wanted_subnets)]
+            warnings = [
+                LoadBalancerWarning(FIXED_SETTING, w) for w in placed.placement_warnings(lb, config, wanted_subnets)
+            ]
         uid = p.meta(service)["uid"]
         # Observed before any write (groups included), so references the listeners already use are not re-read.
-        observed = None if lb is None else self._observe(lb, uid, flags, with_targets=True, desired=desired)
+        observed = None if lb is None else self._observe(lb, uid, flags, desired)
         used = refs.in_use(lb, (ls.certificate for ls in observed.listeners) if observed else ())
         wanted = refs.wanted(config, creating=lb is None, placement_fixed=True)
         if lb is not None and not lb.get("SecurityGroups"):  # created without groups: they would never be used
@@ -104,7 +106,7 @@ class NetworkLoadBalancers:
         warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
             lb = self._create_lb(desired, placement, group_ids)
-            observed = self._observe(lb, uid, flags, with_targets=True, desired=desired, created=created)
+            observed = self._observe(lb, uid, flags, desired, created)
         assert observed is not None
         operations = m.plan(desired, observed)
         if operations and not created:
@@ -164,7 +166,7 @@ class NetworkLoadBalancers:
         lb = self._describe_lb(desired.name)
         if lb is None:
             raise RetryError("load balancer not created yet", delay_seconds=5)
-        observed = self._observe(lb, p.meta(service)["uid"], flags, with_targets=True)
+        observed = self._observe(lb, p.meta(service)["uid"], flags)
         targets_only = [
             op for op in m.plan(desired, observed) if isinstance(op, m.RegisterTargets | m.DeregisterTargets)
         ]
@@ -177,15 +179,23 @@ class NetworkLoadBalancers:
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
         """This driver alone: the NLB, then its security group (LoadBalancers does the same for both types)."""
         uid = p.meta(service)["uid"]
-        if self.delete_for_uid(uid) and self.security_groups is not None:
+        if self.delete_for_uid(uid, cluster_name) and self.security_groups is not None:
             # After the LB: AWS keeps the group busy a while (RetryError until it lets go).
             self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
-    def delete_for_uid(self, uid: str) -> bool:
+    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> bool:
         """The NLB (its listeners go with it) and its target groups; never the security group, which a Classic ELB
-        of the same Service shares by name (the caller releases it once no LB uses it)."""
-        lb = self._describe_lb(names.load_balancer_name(uid))
+        of the same Service shares by name (the caller releases it once no LB uses it). False when an NLB of that
+        name is left in place (not ours), with everything it uses."""
+        name = names.load_balancer_name(uid)
+        lb = self._describe_lb(name)
+        if lb is not None:
+            tags = nlb_tags(self.clients.elbv2, lb["LoadBalancerArn"])
+            if tags is not None and not ours_to_delete(tags, uid, cluster_name):
+                log.warning("nlb %s: not tagged for this cluster, left in place", name)
+                return False
+            lb = None if tags is None else lb  # gone meanwhile: only its target groups are left to delete
         groups = self._tagged_target_groups(uid)
         if lb is not None:
             attached = self._target_groups_of(lb["LoadBalancerArn"])
@@ -243,67 +253,42 @@ class NetworkLoadBalancers:
         lb: dict[str, Any],
         uid: str,
         flags: PassFlags,
-        with_targets: bool,
         desired: m.NLBSpec | None = None,
         created: bool = False,
     ) -> m.ObservedNLB:
+        """Read what the plan needs (I/O), then parse it (m.observed_from, pure): read -> parse -> plan -> apply."""
         elbv2, lb_arn = self.clients.elbv2, lb["LoadBalancerArn"]
-        observed = m.ObservedNLB(arn=lb_arn, dns_name=lb["DNSName"], scheme=lb.get("Scheme", ""))
+        attributes = None  # not read: left as they are
         if desired is not None and created:
-            observed.attributes = dict(m.AWS_DEFAULT_LB_ATTRIBUTES)  # a new LB has the defaults: no read needed
+            attributes = m.CREATED_LB_ATTRIBUTES  # a new LB has the defaults: no read needed
         elif desired is not None and flags.check_attributes:
-            raw = elbv2.describe_load_balancer_attributes(LoadBalancerArn=lb_arn)["Attributes"]
-            observed.attributes = {a["Key"]: a["Value"] for a in raw}
-        wanted_tg_attributes = {
-            ls.target_group.name: ls.target_group.attributes for ls in (desired.listeners if desired else ())
-        }
-        for listener in elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]:
-            forward: dict[str, Any] = next(
-                (a for a in listener.get("DefaultActions", []) if a.get("Type") == "forward"), {}
-            )
-            certificates = listener.get("Certificates") or [{}]
-            observed.listeners.append(
-                m.ObservedListener(
-                    listener["ListenerArn"],
-                    int(listener["Port"]),
-                    listener["Protocol"],
-                    forward.get("TargetGroupArn", ""),
-                    certificates[0].get("CertificateArn", ""),
-                    listener.get("SslPolicy", "") or "",
-                )
-            )
+            attributes = elbv2.describe_load_balancer_attributes(LoadBalancerArn=lb_arn)["Attributes"]
+        listeners = elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]
         groups = {tg["TargetGroupArn"]: tg for tg in self._target_groups_of(lb_arn)}
         if flags.thorough:
             orphans = [arn for arn in self._tagged_target_groups(uid) if arn not in groups]
             if orphans:
                 for tg in elbv2.describe_target_groups(TargetGroupArns=orphans)["TargetGroups"]:
                     groups[tg["TargetGroupArn"]] = tg
+        with_attributes = {
+            ls.target_group.name
+            for ls in (desired.listeners if desired and flags.check_attributes else ())
+            if ls.target_group.attributes
+        }
+        health: dict[str, Any] = {}
+        tg_attributes: dict[str, Any] = {}
         for arn, tg in groups.items():
-            targets: frozenset[str] = frozenset()
-            healthy: frozenset[str] = frozenset()
-            if with_targets:
-                health = elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]
-                targets = frozenset(
-                    d["Target"]["Id"] for d in health if d.get("TargetHealth", {}).get("State") != "draining"
-                )
-                healthy = frozenset(
-                    d["Target"]["Id"] for d in health if d.get("TargetHealth", {}).get("State") == "healthy"
-                )
-            attributes = None
-            if wanted_tg_attributes.get(tg["TargetGroupName"]) and flags.check_attributes:
-                raw = elbv2.describe_target_group_attributes(TargetGroupArn=arn)["Attributes"]
-                attributes = {a["Key"]: a["Value"] for a in raw}
-            observed.target_groups[arn] = m.ObservedTargetGroup(
-                arn,
-                tg["TargetGroupName"],
-                tg["Protocol"],
-                int(tg["Port"]),
-                m.health_from_api(tg),
-                targets,
-                attributes,
-                healthy,
-            )
-        return observed
+            health[arn] = elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]
+            if tg["TargetGroupName"] in with_attributes:
+                tg_attributes[arn] = elbv2.describe_target_group_attributes(TargetGroupArn=arn)["Attributes"]
+        return m.observed_from(
+            lb,
+            listeners,
+            list(groups.values()),
+            attributes=attributes,
+            target_health=health,
+            target_group_attributes=tg_attributes,
+        )
 
     # -- adoption ---------------------------------------------------------------------------------------------
     def _claim(self, uid: str, cluster_name: str, observed: m.ObservedNLB, operations: list[m.Operation]) -> None:

@@ -1,4 +1,5 @@
-"""NLB decisions as pure functions: the desired load balancer for a Service, and the plan to converge to it.
+"""NLB decisions as pure functions: the desired load balancer for a Service, what AWS reports of it, and the
+plan to converge to it.
 
 Names of target groups hash everything AWS cannot change in place (protocol, port, health-check protocol, VPC),
 so a change of any of those yields a new target group that is created, filled and switched to before the old one
@@ -7,13 +8,11 @@ is deleted; everything else is modified in place. An unchanged Service plans no 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ccm.aws import names
-from ccm.aws.lbconfig import PREFIX as ANNOTATION_PREFIX
 from ccm.aws.lbconfig import HealthCheck, LoadBalancerConfig
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import InvalidServiceConfig
@@ -277,63 +276,85 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
     return prepare + switch + cleanup + held
 
 
-def placement(config: LoadBalancerConfig, subnets: Sequence[str], cidrs: Mapping[str, str]) -> dict[str, Any]:
-    """CreateLoadBalancer's placement: plain subnets, or subnet mappings carrying the EIPs (in the order given,
-    as upstream) and the private IPs (each in the subnet whose CIDR contains it; validated before)."""
-    if not (config.eip_allocations or config.private_ipv4_addresses):
-        return {"Subnets": list(subnets)}
-    mappings: list[dict[str, str]] = []
-    for i, subnet in enumerate(subnets):
-        mapping = {"SubnetId": subnet}
-        if config.eip_allocations:
-            mapping["AllocationId"] = config.eip_allocations[i]
-        if config.private_ipv4_addresses:
-            network = ipaddress.ip_network(cidrs[subnet], strict=False)
-            mapping["PrivateIPv4Address"] = next(
-                a for a in config.private_ipv4_addresses if ipaddress.ip_address(a) in network
-            )
-        mappings.append(mapping)
-    return {"SubnetMappings": mappings}
-
-
 def readiness_delay(health: HealthCheck) -> int:
     """How long a new target group needs to pass its healthy threshold: the natural time to look again."""
     return max(5, min(300, health.interval * health.healthy))
 
 
-def placement_warnings(
-    lb: dict[str, Any], config: LoadBalancerConfig, wanted_subnets: Sequence[str] | None
-) -> list[str]:
-    """Pure: what the Service asks for that AWS fixes when an NLB is created (scheme, subnets, EIPs, private
-    IPs). The live NLB is kept and converged otherwise; each difference becomes one Warning event. Addresses are
-    compared only when the API reports them."""
-    keep = "the live NLB is kept; delete and re-create the Service to apply it, or revert the change"
-    found: list[str] = []
-    if lb.get("Scheme") and lb["Scheme"] != config.scheme:
-        found.append(f"the NLB scheme is {lb['Scheme']} and cannot change to {config.scheme} after creation: {keep}")
-    zones = lb.get("AvailabilityZones") or []
-    live_subnets = sorted(z["SubnetId"] for z in zones if z.get("SubnetId"))
-    if wanted_subnets is not None and live_subnets and sorted(wanted_subnets) != live_subnets:
-        found.append(
-            f"{ANNOTATION_PREFIX}subnets asks for {', '.join(sorted(wanted_subnets))} but the NLB was created "
-            f"in {', '.join(live_subnets)} and AWS cannot move it: {keep}"
-        )
-    addresses = [a for z in zones for a in z.get("LoadBalancerAddresses") or []]
-    for key, wanted, annotation in (
-        ("AllocationId", config.eip_allocations, "eip-allocations"),
-        ("PrivateIPv4Address", config.private_ipv4_addresses, "private-ipv4-addresses"),
-    ):
-        live = sorted(a[key] for a in addresses if a.get(key))
-        if wanted and addresses and sorted(wanted) != live:
-            shown = ", ".join(live) or "none"
-            found.append(
-                f"{ANNOTATION_PREFIX}{annotation} asks for {', '.join(sorted(wanted))} but the NLB has "
-                f"{shown}, fixed at creation: {keep}"
+# -- what AWS reports -------------------------------------------------------------------------------------------------
+# As in clb_model: the driver reads (I/O), these parse (pure), `plan` decides (pure), the driver applies (I/O).
+# An answer the driver did not read is None (or absent), and the plan then leaves what it describes alone.
+def observed_from(
+    lb: Mapping[str, Any],
+    listeners: Sequence[Mapping[str, Any]],
+    target_groups: Sequence[Mapping[str, Any]],
+    *,
+    attributes: Sequence[Mapping[str, Any]] | None = None,
+    target_health: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    target_group_attributes: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> ObservedNLB:
+    """Pure: the NLB as DescribeLoadBalancers (its entry), DescribeListeners and DescribeTargetGroups report it,
+    plus when read DescribeLoadBalancerAttributes and, by target group ARN, DescribeTargetHealth and
+    DescribeTargetGroupAttributes."""
+    health, tg_attributes = target_health or {}, target_group_attributes or {}
+    return ObservedNLB(
+        arn=lb["LoadBalancerArn"],
+        dns_name=lb["DNSName"],
+        scheme=lb.get("Scheme", ""),
+        listeners=[listener_from_api(ls) for ls in listeners],
+        target_groups={
+            tg["TargetGroupArn"]: target_group_from_api(
+                tg, health.get(tg["TargetGroupArn"]), tg_attributes.get(tg["TargetGroupArn"])
             )
-    return found
+            for tg in target_groups
+        },
+        attributes=None if attributes is None else _key_values(attributes),
+    )
 
 
-def health_from_api(tg: dict[str, Any]) -> HealthCheck:
+def listener_from_api(listener: Mapping[str, Any]) -> ObservedListener:
+    forward: Mapping[str, Any] = next((a for a in listener.get("DefaultActions", []) if a.get("Type") == "forward"), {})
+    certificates = listener.get("Certificates") or [{}]
+    return ObservedListener(
+        listener["ListenerArn"],
+        int(listener["Port"]),
+        listener["Protocol"],
+        forward.get("TargetGroupArn", ""),
+        certificates[0].get("CertificateArn", ""),
+        listener.get("SslPolicy", "") or "",
+    )
+
+
+def target_group_from_api(
+    tg: Mapping[str, Any],
+    health: Sequence[Mapping[str, Any]] | None,
+    attributes: Sequence[Mapping[str, Any]] | None,
+) -> ObservedTargetGroup:
+    """A draining target is on its way out: not a target any more (registered again if still wanted)."""
+    states = [(d["Target"]["Id"], d.get("TargetHealth", {}).get("State")) for d in health or ()]
+    return ObservedTargetGroup(
+        tg["TargetGroupArn"],
+        tg["TargetGroupName"],
+        tg["Protocol"],
+        int(tg["Port"]),
+        health_from_api(tg),
+        frozenset(i for i, state in states if state != "draining"),
+        None if attributes is None else _key_values(attributes),
+        frozenset(i for i, state in states if state == "healthy"),
+    )
+
+
+def _key_values(attributes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    return {a["Key"]: a["Value"] for a in attributes}
+
+
+# What DescribeLoadBalancerAttributes would answer for a new NLB: read as such, so a creation reads nothing back.
+CREATED_LB_ATTRIBUTES: tuple[Mapping[str, str], ...] = tuple(
+    {"Key": k, "Value": v} for k, v in AWS_DEFAULT_LB_ATTRIBUTES.items()
+)
+
+
+def health_from_api(tg: Mapping[str, Any]) -> HealthCheck:
     return HealthCheck(
         protocol=tg.get("HealthCheckProtocol", "TCP"),
         port=str(tg.get("HealthCheckPort", "traffic-port")),

@@ -1,9 +1,11 @@
 """Whose are the resources named for a Service UID: the tags of its load balancer (NLB and Classic ELB share the
 name `a<uid>[:32]`) and of its managed security group. Read before any delete a message asked for
-(`ccm.service.hints`); 3-4 reads, only on those deletes."""
+(`ccm.service.hints`); 3-4 reads, only on those deletes. Both drivers also ask `ours_to_delete` before deleting
+their load balancer, whoever asked for the delete."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -14,8 +16,42 @@ from ccm.aws.errors import error_code
 from ccm.aws.security_groups_model import managed_group_name
 
 
+def ours_to_delete(tags: Mapping[str, str], uid: str, cluster_name: str | None) -> bool:
+    """Pure: may a driver delete the load balancer named for `uid` that carries `tags`? One rule for both types.
+
+    The name alone (`a<uid>[:32]`) is no proof: anyone can make an LB of that name. So it must carry the cluster
+    tag (any value, as cloud-provider-aws checks ownership), or, when the caller does not know the cluster (a
+    delete by UID), any Kubernetes cluster tag or our UID tag; this spares LBs made by hand or by other tools.
+    An LB that fails it is left in place, with everything it uses, and the driver says so."""
+    if cluster_name is not None:
+        return names.cluster_tag_key(cluster_name) in tags
+    return tags.get(names.SERVICE_UID_TAG) == uid or any(k.startswith(names.CLUSTER_TAG_PREFIX) for k in tags)
+
+
 def _tag_dict(items: list[dict[str, Any]] | None) -> dict[str, str]:
     return {t["Key"]: t.get("Value", "") for t in items or []}
+
+
+def nlb_tags(elbv2: Any, arn: str) -> dict[str, str] | None:
+    """An NLB's tags (one DescribeTags), or None when it no longer exists."""
+    try:
+        described = elbv2.describe_tags(ResourceArns=[arn])["TagDescriptions"]
+    except ClientError as err:
+        if error_code(err) == "LoadBalancerNotFound":
+            return None
+        raise
+    return _tag_dict([t for d in described for t in d.get("Tags") or []])
+
+
+def clb_tags(elb: Any, name: str) -> dict[str, str] | None:
+    """A Classic ELB's tags (one DescribeTags), or None when it does not exist."""
+    try:
+        described = elb.describe_tags(LoadBalancerNames=[name])["TagDescriptions"]
+    except ClientError as err:
+        if error_code(err) == "LoadBalancerNotFound":
+            return None
+        raise
+    return _tag_dict([t for d in described for t in d.get("Tags") or []])
 
 
 class Ownership:
@@ -27,7 +63,8 @@ class Ownership:
     def tags_for_uid(self, uid: str) -> list[dict[str, str]]:
         """The tags of every resource named for `uid` that exists (an empty list when none does)."""
         name = names.load_balancer_name(uid)
-        found = [tags for tags in (self._nlb_tags(name), self._clb_tags(name)) if tags is not None]
+        lbs = (self._nlb_tags(name), clb_tags(self.clients.client("elb"), name))
+        found = [tags for tags in lbs if tags is not None]
         groups = self.clients.ec2.describe_security_groups(
             Filters=[
                 {"Name": "vpc-id", "Values": [self.vpc_id]},
@@ -44,16 +81,4 @@ class Ownership:
             if error_code(err) == "LoadBalancerNotFound":
                 return None
             raise
-        if not lbs:
-            return None
-        described = self.clients.elbv2.describe_tags(ResourceArns=[lbs[0]["LoadBalancerArn"]])["TagDescriptions"]
-        return _tag_dict([t for d in described for t in d.get("Tags") or []])
-
-    def _clb_tags(self, name: str) -> dict[str, str] | None:
-        try:
-            described = self.clients.client("elb").describe_tags(LoadBalancerNames=[name])["TagDescriptions"]
-        except ClientError as err:
-            if error_code(err) == "LoadBalancerNotFound":
-                return None
-            raise
-        return _tag_dict([t for d in described for t in d.get("Tags") or []])
+        return nlb_tags(self.clients.elbv2, lbs[0]["LoadBalancerArn"]) if lbs else None

@@ -30,7 +30,7 @@ Our own checks follow the same rule (raised before the first write as `CloudStat
   managed group's rule quota.
 - Author: a malformed or out-of-range annotation value, a hard rule of the service controller, a security group or
   subnet of another VPC, a certificate of another Region, an EIP or private-IP count that does not match the
-  subnets, a Classic ELB scheme change.
+  subnets. (A scheme change is neither: the live LB is kept and the rest converged, ccm.aws.fixed_settings.)
 
 References named by a Service are read before the first write (`ccm.aws.references`), so these answers normally
 arrive from those reads, not from a half-done creation.

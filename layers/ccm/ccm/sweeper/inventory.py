@@ -153,21 +153,7 @@ class Inventory:
             if error_code(err) in NOT_FOUND:
                 return ()
             raise
-        out = []
-        for ls in listeners:
-            forward: dict[str, Any] = next((a for a in ls.get("DefaultActions", []) if a.get("Type") == "forward"), {})
-            certificate = (ls.get("Certificates") or [{}])[0].get("CertificateArn", "")
-            out.append(
-                nm.ObservedListener(
-                    ls["ListenerArn"],
-                    int(ls["Port"]),
-                    ls["Protocol"],
-                    forward.get("TargetGroupArn", ""),
-                    certificate,
-                    ls.get("SslPolicy", "") or "",
-                )
-            )
-        return tuple(out)
+        return tuple(nm.listener_from_api(ls) for ls in listeners)  # parsed as the NLB driver parses them
 
     def _classic_lbs(self, tagged: dict[str, dict[str, str]]) -> list[Resource]:
         elb = self.clients.client("elb")
