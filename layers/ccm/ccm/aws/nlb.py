@@ -204,7 +204,9 @@ class NetworkLoadBalancers:
                 groups.setdefault(tg["TargetGroupArn"], tg)
             if self.security_groups is not None:
                 self.security_groups.before_lb_delete(lb)  # its groups must be readable first
-            self._tag_unclaimed(uid, [lb["LoadBalancerArn"], *unclaimed])
+            # The ownership read above already says whether the LB carries our UID tag: only what lacks it is read.
+            claimed = tags is not None and names.SERVICE_UID_TAG in tags
+            self._tag_unclaimed(uid, [*([] if claimed else [lb["LoadBalancerArn"]]), *unclaimed])
             # Deleting the LB deletes its listeners with it.
             self.clients.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
         for arn in sorted(groups):
