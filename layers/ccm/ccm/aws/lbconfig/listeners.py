@@ -107,7 +107,7 @@ def build_health_check(
     raw_of: Callable[[str], str],
     errors: list[InvalidServiceConfig],
 ) -> HealthCheck:
-    """Defaults per LB type and traffic policy (aws-reference.md), then the annotations on top, as upstream."""
+    """Defaults per LB type and traffic policy (cloud-provider-aws's), then the annotations on top, as upstream."""
     if local_port:
         # kube-proxy answers /healthz on healthCheckNodePort, healthy only where the Service has a local endpoint.
         protocol, port, path = "HTTP", str(local_port), "/healthz"
