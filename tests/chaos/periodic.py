@@ -55,7 +55,8 @@ def run_sweeper(stack: Stack, grace_minutes: float = 0) -> dict[str, Any]:
     }
     code = (
         "import json\n"
-        "from ccm.sweeper.runtime import runtime, vars_of\n"
+        "from ccm.sweeper.runtime import vars_of\n"
+        "from ccm.wiring.sweeper import runtime\n"
         "report = vars_of(runtime().run())\n"
         "print(json.dumps({k: v for k, v in report.items() if k != 'decisions'}))\n"
     )
