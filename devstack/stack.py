@@ -243,6 +243,11 @@ class Stack:
         return self.emulator.write_kubeconfig(str(self.config.state_dir / f"kubeconfig-{who}"), token=token)
 
     # -- what other processes and tests need ------------------------------------------------------------------
+    def function_environment(self, function: str) -> dict[str, str]:
+        """What a process running `function` (a logical id) by hand gets: the stack's endpoints and that function's
+        own identity (its access key: the SenderId its messages carry, the role its calls are judged against)."""
+        return {**self.lambda_environment(), **self._function_env().get(function, {})}
+
     def lambda_environment(self) -> dict[str, str]:
         assert self.world is not None
         return {

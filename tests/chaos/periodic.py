@@ -47,7 +47,8 @@ def run_sweeper(stack: Stack, grace_minutes: float = 0) -> dict[str, Any]:
     env = {
         **os.environ,
         **{k: v for k, v in fn.environment.items() if k not in fn.unresolved},
-        **stack.lambda_environment(),
+        # Its own identity: its re-enqueued SYNCs must carry the sweeper's SenderId (ccm.senders).
+        **stack.function_environment("SweeperFunction"),
         "SERVICES_QUEUE_URL": stack.queue_urls["ServicesQueue"],
         "SWEEPER_TABLE": stack.tables["MembershipTable"],
         "SWEEPER_GRACE_MINUTES": str(grace_minutes),
