@@ -13,17 +13,25 @@ deleted LB's network interfaces let go (RetryError: the queue comes back).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import time
+from collections.abc import Callable, Sequence
 
 from botocore.exceptions import ClientError
 
 from ccm.aws import names
+from ccm.aws.applied import due_for_full_read
+from ccm.aws.ownership import tagged_elb_arns
 from ccm.aws.lbconfig import LbType, parse_load_balancer_config
 from ccm.aws.refusals import as_refusal
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
     ROUTINE,
+    Applied,
+    AppliedStore,
+    ImplementedElsewhere,
+    Ingress,
     InvalidServiceConfig,
     KubeObject,
     LoadBalancerDriver,
@@ -31,6 +39,8 @@ from ccm.contracts.cloud import (
     PassFlags,
     RetryError,
 )
+
+log = logging.getLogger(__name__)
 
 
 class LoadBalancers:
@@ -41,10 +51,18 @@ class LoadBalancers:
         default_type: LbType,
         *,
         security_groups: SecurityGroups | None = None,
+        applied: AppliedStore | None = None,
+        tagging: object | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`applied`: where checkpoints live (None: every pass reads AWS in full, as before checkpoints);
+        `tagging`: the Resource Groups Tagging API client a checkpointed delete asks for UID-tagged leftovers."""
         self.drivers: dict[str, LoadBalancerDriver] = {"nlb": nlb, "clb": clb}
         self.security_groups = security_groups
         self.default_type: LbType = default_type
+        self.applied = applied
+        self.tagging = tagging
+        self.clock = clock
 
     def lb_type(self, service: KubeObject) -> str:
         return parse_load_balancer_config(service, default_lb_type=self.default_type).lb_type
@@ -86,17 +104,96 @@ class LoadBalancers:
                     # The Service switched type: the old LB goes once the new one is up; the group stays (the new
                     # LB uses it under the same name).
                     driver.delete_for_uid(uid)
+        if self.applied is not None and status.applied is not None:
+            self.applied.put(status.applied)
         return status
+
+    # -- the checkpoint (ccm.aws.applied) ----------------------------------------------------------------------
+    def _checkpoint(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerDriver, str, Applied] | None:
+        """The Service's checkpoint when it matches what the Service asks for now, with its driver and fingerprint."""
+        if self.applied is None:
+            return None
+        try:
+            lb_type = self.lb_type(service)
+            driver = self.drivers[lb_type]
+            fingerprint = driver.fingerprint(cluster_name, service)
+        except (InvalidServiceConfig, ImplementedElsewhere):
+            return None  # the full pass says why
+        applied = self.applied.get(p.meta(service)["uid"])
+        if applied is None or applied.deleted or applied.lb_type != lb_type or applied.fingerprint != fingerprint:
+            return None
+        return driver, fingerprint, applied
+
+    def ensure_unchanged(self, cluster_name: str, service: KubeObject) -> LoadBalancerStatus | None:
+        found = self._checkpoint(cluster_name, service)
+        if found is None or due_for_full_read(found[2], self.clock()):
+            return None
+        driver, _, applied = found
+        hostname = driver.active_hostname(applied)
+        if hostname is None:
+            log.info("%s: the load balancer of the checkpoint is gone or failed: full pass", applied.lb_id)
+            return None
+        return LoadBalancerStatus((Ingress(hostname=hostname),))
+
+    def applied_for(self, uid: str) -> bool | None:
+        applied = None if self.applied is None else self.applied.get(uid)
+        return None if applied is None else not applied.deleted
 
     def update_load_balancer(
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> None:
+        """With a matching checkpoint: only the difference to the stored target set, by the stored ARNs (one call
+        per target group and direction, no read). Otherwise the driver reads and converges the targets."""
+        found = self._checkpoint(cluster_name, service) if flags.trust_applied else None
+        wanted = frozenset(i for i in map(p.instance_id, nodes) if i)
+        if found is not None:
+            driver, fingerprint, applied = found
+            add, remove = wanted - applied.targets, applied.targets - wanted
+            if not add and not remove:
+                return
+            try:
+                refused = driver.apply_targets(applied, add, remove)
+            except RetryError:
+                assert self.applied is not None
+                self.applied.forget(applied.uid)  # a stored id is gone: the retry reads everything
+                raise
+            assert self.applied is not None
+            self.applied.put_targets(applied.uid, fingerprint, wanted - frozenset(refused))
+            return
         self._driver(service).update_load_balancer(cluster_name, service, nodes, flags)
+        if (again := self._checkpoint(cluster_name, service)) is not None and self.applied is not None:
+            # The full update converged the targets: the checkpoint's set follows, or the next diff would be wrong.
+            self.applied.put_targets(again[2].uid, again[1], wanted)
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
         self.delete_for_uid(p.meta(service)["uid"], cluster_name)
 
     def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> None:
+        """With a checkpoint: by its stored ids, plus whatever else carries the UID tag (one tagging read: target
+        groups a crash orphaned, an LB of the other type). Without one, every type's LB is looked up by name. Then
+        the Service's own security group, and a tombstone, so an echo of this delete costs nothing."""
+        applied = None if self.applied is None else self.applied.get(uid)
+        if applied is not None and applied.deleted:
+            return
+        if applied is None or not self._delete_applied(applied, cluster_name):
+            self._delete_by_name(uid, cluster_name)
+        if self.applied is not None:
+            self.applied.tombstone(uid)
+
+    def _delete_applied(self, applied: Applied, cluster_name: str | None) -> bool:
+        """False when something else carries the UID tag: the by-name path then deletes it too."""
+        tagged = tagged_elb_arns(self.tagging, applied.uid) if self.tagging is not None else set()
+        self.drivers[applied.lb_type].delete_applied(applied)
+        known = {applied.lb_id, *(arn for arn, _ in applied.target_groups)}
+        # A Classic ELB is recorded by name; the tagging API answers its ARN (...:loadbalancer/<name>).
+        if leftover := sorted(a for a in tagged if a not in known and a.rsplit("loadbalancer/", 1)[-1] not in known):
+            log.info("%s: more resources carry its UID tag than it recorded: %s", applied.uid, leftover)
+            return False
+        if self.security_groups is not None and applied.security_groups:
+            self.security_groups.delete_lb_group(names.load_balancer_name(applied.uid), applied.uid)
+        return True
+
+    def _delete_by_name(self, uid: str, cluster_name: str | None) -> None:
         """Every type's LB first (each driver runs even if another must wait), then the shared group. Each driver
         leaves an LB that is not ours in place (ccm.aws.ownership.ours_to_delete), and the group stays with it."""
         waiting: RetryError | None = None

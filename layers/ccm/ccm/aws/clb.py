@@ -13,6 +13,7 @@ inside it; the managed security group is found by name too. So the `thorough` fl
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import clb_model as m
 from ccm.aws import names
+from ccm.aws.applied import fingerprint
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
@@ -34,6 +36,7 @@ from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
     ROUTINE,
+    Applied,
     CloudStateError,
     ImplementedElsewhere,
     Ingress,
@@ -85,7 +88,9 @@ class ClassicLoadBalancers:
         notices = annotation_notices(config, p.annotations_of(service))  # on what the Service asks for
         uid = p.meta(service)["uid"]
         name = names.load_balancer_name(uid)
-        lb = self._describe_lb(name)
+        # A Service of our class seen for the first time cannot have an LB yet (see PassFlags.first_sight).
+        fresh = flags.first_sight and not flags.thorough and p.spec(service).get("loadBalancerClass") == self.our_class
+        lb = None if fresh else self._describe_lb(name)
         tags: dict[str, str] = {}
         warnings: list[LoadBalancerWarning] = []
         if lb is not None:
@@ -116,11 +121,49 @@ class ClassicLoadBalancers:
         refused = self._apply(name, m.plan(desired, observed, cluster_name))
         warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
+        unreachable = None
         if self.security_groups is not None and groups:
             ids = [i for i in map(p.instance_id, nodes) if i]
             if unreachable := self.security_groups.ensure_node_access(groups, name, uid, ids):
                 warnings.append(LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable))
-        return replace(_status(observed.dns_name), warnings=tuple(warnings), notices=notices)
+        applied = Applied(
+            uid=uid,
+            lb_type="clb",
+            fingerprint=self.fingerprint(cluster_name, service),
+            lb_id=name,
+            hostname=observed.dns_name,
+            targets=desired.instances - frozenset(refused),
+            security_groups=tuple(groups or (lb or {}).get("SecurityGroups") or ()),
+            # Refused instances and an unreachable node group are retried by the next pass, which must be full.
+            verified_at=0.0 if refused or unreachable else time.time(),
+        )
+        return replace(_status(observed.dns_name), warnings=tuple(warnings), notices=notices, applied=applied)
+
+    # -- the checkpoint (ccm.aws.applied; LoadBalancers keeps it) -------------------------------------------------
+    def fingerprint(self, cluster_name: str, service: KubeObject) -> str:
+        config = self._config(service)
+        return fingerprint("clb", config, m.desired_clb(service, config, (), cluster_name), self.vpc_id)
+
+    def active_hostname(self, applied: Applied) -> str | None:
+        lb = self._describe_lb(applied.lb_id)
+        return None if lb is None else str(lb["DNSName"])
+
+    def apply_targets(self, applied: Applied, add: frozenset[str], remove: frozenset[str]) -> list[str]:
+        try:
+            refused = register_instances(self.elb, self.clients.ec2, applied.lb_id, sorted(add)) if add else []
+            if remove:
+                self.elb.deregister_instances_from_load_balancer(
+                    LoadBalancerName=applied.lb_id, Instances=[{"InstanceId": i} for i in sorted(remove)]
+                )
+        except ClientError as err:
+            if error_code(err) != "LoadBalancerNotFound":
+                raise
+            raise RetryError(f"{applied.lb_id} is gone: reading it in full", delay_seconds=1) from err
+        return refused
+
+    def delete_applied(self, applied: Applied) -> None:
+        # Idempotent in this API: deleting a Classic ELB that does not exist succeeds.
+        self.elb.delete_load_balancer(LoadBalancerName=applied.lb_id)
 
     def update_load_balancer(
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE

@@ -16,6 +16,7 @@ cannot tell a listener of our cluster from any other untagged listener, so it is
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -24,6 +25,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws import nlb_model as m
+from ccm.aws.applied import fingerprint
 from ccm.aws import nlb_placement as placed
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
@@ -38,6 +40,7 @@ from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
     ROUTINE,
+    Applied,
     CloudStateError,
     ImplementedElsewhere,
     Ingress,
@@ -78,7 +81,9 @@ class NetworkLoadBalancers:
             raise ImplementedElsewhere()
         config = parse_load_balancer_config(service, default_lb_type="nlb")  # before any AWS call
         desired = m.desired_nlb(service, config, nodes, cluster_name, self.vpc_id)
-        lb = self._describe_lb(desired.name)
+        # A Service of our class seen for the first time cannot have an LB yet (see PassFlags.first_sight).
+        fresh = flags.first_sight and not flags.thorough and p.spec(service).get("loadBalancerClass") == self.our_class
+        lb = None if fresh else self._describe_lb(desired.name)
         created = lb is None
         warnings: list[LoadBalancerWarning] = []
         placement: dict[str, Any] = {}
@@ -109,15 +114,73 @@ class NetworkLoadBalancers:
             observed = self._observe(lb, uid, flags, desired, created)
         assert observed is not None
         operations = m.plan(desired, observed)
-        if operations and not created:
+        if not created:
+            # Also when converged: the checkpoint lets later passes delete by ARN, which IAM allows only on
+            # resources carrying our UID tag (adoption tags them here once).
             self._claim(uid, cluster_name, observed, operations)
-        refused = self._apply(operations, observed, desired)
+        refused, arn_by_name = self._apply(operations, observed, desired)
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
+        applied = Applied(
+            uid=uid,
+            lb_type="nlb",
+            fingerprint=self.fingerprint(cluster_name, service),
+            lb_id=lb["LoadBalancerArn"],
+            hostname=lb["DNSName"],
+            target_groups=tuple((arn_by_name[ls.target_group.name], ls.target_group.port) for ls in desired.listeners),
+            targets=frozenset(desired.listeners[0].target_group.targets) - frozenset(refused),
+            security_groups=tuple(group_ids or lb.get("SecurityGroups") or ()),
+            # Refused targets and an unreachable node group are retried by the next pass, which must be full.
+            verified_at=0.0 if refused or unreachable else time.time(),
+        )
         return LoadBalancerStatus(
             (Ingress(hostname=lb["DNSName"]),),
             warnings=tuple(warnings),
             notices=annotation_notices(config, p.annotations_of(service)),
+            applied=applied,
         )
+
+    # -- the checkpoint (ccm.aws.applied; LoadBalancers keeps it) -------------------------------------------------
+    def fingerprint(self, cluster_name: str, service: KubeObject) -> str:
+        if not p.belongs_to_us(service, self.our_class):
+            raise ImplementedElsewhere()
+        config = parse_load_balancer_config(service, default_lb_type="nlb")
+        return fingerprint("nlb", config, m.desired_nlb(service, config, (), cluster_name, self.vpc_id), self.vpc_id)
+
+    def active_hostname(self, applied: Applied) -> str | None:
+        try:
+            found = self.clients.elbv2.describe_load_balancers(LoadBalancerArns=[applied.lb_id])["LoadBalancers"]
+        except ClientError as err:
+            if error_code(err) == "LoadBalancerNotFound":
+                return None
+            raise
+        if not found or (found[0].get("State") or {}).get("Code") == "failed":
+            return None
+        return str(found[0]["DNSName"])
+
+    def apply_targets(self, applied: Applied, add: frozenset[str], remove: frozenset[str]) -> list[str]:
+        refused: set[str] = set()
+        try:
+            for arn, port in applied.target_groups:
+                if add:
+                    refused.update(register_targets(self.clients.elbv2, self.clients.ec2, arn, port, sorted(add)))
+                if remove:
+                    self.clients.elbv2.deregister_targets(
+                        TargetGroupArn=arn, Targets=[{"Id": i, "Port": port} for i in sorted(remove)]
+                    )
+        except ClientError as err:
+            if error_code(err) != "TargetGroupNotFound":
+                raise
+            raise RetryError(f"a target group of {applied.lb_id} is gone: reading it in full", delay_seconds=1) from err
+        return sorted(refused)
+
+    def delete_applied(self, applied: Applied) -> None:
+        try:
+            self.clients.elbv2.delete_load_balancer(LoadBalancerArn=applied.lb_id)  # its listeners go with it
+        except ClientError as err:
+            if error_code(err) != "LoadBalancerNotFound":
+                raise
+        for arn, _ in applied.target_groups:
+            self._delete_target_group(arn)
 
     def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:
         return resolve_subnets(self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "NLB")
@@ -261,6 +324,9 @@ class NetworkLoadBalancers:
         """Read what the plan needs (I/O), then parse it (m.observed_from, pure): read -> parse -> plan -> apply."""
         elbv2, lb_arn = self.clients.elbv2, lb["LoadBalancerArn"]
         attributes = None  # not read: left as they are
+        if desired is not None and created and not flags.thorough:
+            # Just created in this pass: no listener or target group can be attached yet; trust the answer.
+            return m.observed_from(lb, [], [], attributes=m.CREATED_LB_ATTRIBUTES)
         if desired is not None and created:
             attributes = m.CREATED_LB_ATTRIBUTES  # a new LB has the defaults: no read needed
         elif desired is not None and flags.check_attributes:
@@ -329,19 +395,28 @@ class NetworkLoadBalancers:
     def _create_lb(self, desired: m.NLBSpec, placement: dict[str, Any], group_ids: list[str]) -> dict[str, Any]:
         if group_ids:
             placement = {**placement, "SecurityGroups": group_ids}
-        created = self.clients.elbv2.create_load_balancer(
-            Name=desired.name,
-            Type="network",
-            Scheme=desired.scheme,
-            IpAddressType=desired.ip_address_type,
-            Tags=names.as_tag_list(desired.tags),
-            **placement,
-        )["LoadBalancers"][0]
+        try:
+            created = self.clients.elbv2.create_load_balancer(
+                Name=desired.name,
+                Type="network",
+                Scheme=desired.scheme,
+                IpAddressType=desired.ip_address_type,
+                Tags=names.as_tag_list(desired.tags),
+                **placement,
+            )["LoadBalancers"][0]
+        except ClientError as err:
+            if error_code(err) != "DuplicateLoadBalancerName":
+                raise
+            # Created without looking and one is there after all (made concurrently): the retry reads it.
+            raise RetryError(f"{desired.name} exists already: reading it", delay_seconds=1) from err
         lb: dict[str, Any] = created
         return lb
 
-    def _apply(self, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec) -> list[str]:
-        """Apply the plan; returns the instances AWS refused as targets (dropped from this pass, reported)."""
+    def _apply(
+        self, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec
+    ) -> tuple[list[str], dict[str, str]]:
+        """Apply the plan; returns the instances AWS refused as targets (dropped from this pass, reported) and the
+        ARN of every target group by name."""
         elbv2 = self.clients.elbv2
         refused: set[str] = set()
         arn_by_name = {tg.name: tg.arn for tg in observed.target_groups.values()}
@@ -388,7 +463,7 @@ class NetworkLoadBalancers:
                 f"waiting for target group {waiting} to report a healthy target before switching its listener",
                 delay_seconds=max(op.delay_seconds for op in held),
             )
-        return sorted(refused)
+        return sorted(refused), arn_by_name
 
     def _create_target_group(self, spec: m.TargetGroupSpec, tags: dict[str, str]) -> str:
         try:

@@ -82,3 +82,15 @@ class Ownership:
                 return None
             raise
         return nlb_tags(self.clients.elbv2, lbs[0]["LoadBalancerArn"]) if lbs else None
+
+
+def tagged_elb_arns(tagging: Any, uid: str) -> set[str]:
+    """Every load balancer (either API) and target group carrying the UID tag: one GetResources page per 100. The
+    tagging API is eventually consistent, so this complements what a checkpoint recorded; it never replaces it."""
+    found: set[str] = set()
+    for page in tagging.get_paginator("get_resources").paginate(
+        TagFilters=[{"Key": names.SERVICE_UID_TAG, "Values": [uid]}],
+        ResourceTypeFilters=["elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup"],
+    ):
+        found |= {item["ResourceARN"] for item in page.get("ResourceTagMappingList", [])}
+    return found

@@ -37,6 +37,12 @@ class PassFlags:
 
     thorough: bool = False
     check_attributes: bool = True
+    # A first attempt: what this controller recorded it applied (`Applied`) may be trusted instead of re-read.
+    trust_applied: bool = False
+    # The Service had no finalizer when the pass began: no cloud call was ever made for it, so a load balancer of our
+    # loadBalancerClass cannot exist yet and is created without looking (a claimed Service keeps the read:
+    # cloud-provider-aws makes its load balancers under the same names, which we adopt).
+    first_sight: bool = False
 
 
 ROUTINE = PassFlags()  # a first attempt of an ADDED/MODIFIED delta
@@ -101,6 +107,24 @@ class LoadBalancerWarning:
 
 
 @dataclass(frozen=True, slots=True)
+class Applied:
+    """The checkpoint of what a driver last applied for a Service (ccm.aws.applied stores it with the membership
+    table). The spec fingerprint and the target set are kept apart: a host update rewrites only `targets` and can
+    never certify a spec change. `verified_at` is when a full read of AWS last confirmed it (0: never/must)."""
+
+    uid: str
+    lb_type: str  # "nlb" | "clb"
+    fingerprint: str  # of the desired state without its targets (ccm.aws.applied.fingerprint)
+    lb_id: str  # the NLB's ARN, the Classic ELB's name
+    hostname: str
+    target_groups: tuple[tuple[str, int], ...] = ()  # (ARN, traffic port) of each NLB target group
+    targets: frozenset[str] = frozenset()  # instance ids registered
+    security_groups: tuple[str, ...] = ()  # the load balancer's groups when applied
+    verified_at: float = 0.0
+    deleted: bool = False  # a tombstone: everything was deleted (kept a day, so echoes of the delete cost nothing)
+
+
+@dataclass(frozen=True, slots=True)
 class LoadBalancerStatus:
     ingress: tuple[Ingress, ...] = field(default_factory=tuple)
     # Not part of the API status: the reconciler turns each into a Warning event on the Service. (Upstream's
@@ -109,6 +133,8 @@ class LoadBalancerStatus:
     # What the annotations mean here that the upstream controllers read differently (ccm.aws.lbconfig.notices): Warning
     # events too, but only when the Service changed, not on every resync.
     notices: tuple[LoadBalancerWarning, ...] = field(default=(), compare=False)
+    # What the driver applied (not part of the API status either): LoadBalancers stores it as the checkpoint.
+    applied: Applied | None = field(default=None, compare=False)
 
     def to_api(self) -> dict[str, Any]:
         return {"ingress": [i.to_api() for i in self.ingress]} if self.ingress else {}
@@ -156,6 +182,14 @@ class LoadBalancer(Protocol):
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
 
+    def ensure_unchanged(self, cluster_name: str, service: KubeObject) -> LoadBalancerStatus | None:
+        """What was applied still stands (the checkpoint matches the desired spec, is not due for a full read, and
+        the LB is there: one AWS read): its status. None: a full ensure is needed."""
+
+    def applied_for(self, uid: str) -> bool | None:
+        """True: this controller applied an LB for the UID and did not delete it; False: it deleted everything (a
+        tombstone); None: no record (never, or made before checkpoints existed): look at AWS."""
+
 
 class LoadBalancerDriver(Protocol):
     """One load balancer type (ccm.aws.nlb.NetworkLoadBalancers, ccm.aws.clb.ClassicLoadBalancers)."""
@@ -176,6 +210,40 @@ class LoadBalancerDriver(Protocol):
         ...
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
+
+    # -- the checkpoint (`Applied`): LoadBalancers reads and stores it; the driver knows what it means -------------
+    def fingerprint(self, cluster_name: str, service: KubeObject) -> str:
+        """Of the desired state without targets (pure; raises InvalidServiceConfig)."""
+        ...
+
+    def active_hostname(self, applied: Applied) -> str | None:
+        """One read: the LB's DNS name while it exists and is usable, else None."""
+        ...
+
+    def apply_targets(self, applied: Applied, add: frozenset[str], remove: frozenset[str]) -> list[str]:
+        """Register/deregister only the difference, by the stored ids (one call per target group and direction);
+        returns the instances AWS refused. Raises RetryError when a stored id is gone (a full pass follows)."""
+        ...
+
+    def delete_applied(self, applied: Applied) -> None:
+        """Delete the LB and its target groups by the stored ids (gone is done); RetryError while AWS holds one."""
+        ...
+
+
+class AppliedStore(Protocol):
+    """Where the checkpoints live (ccm.aws.applied.AppliedTable)."""
+
+    def get(self, uid: str) -> Applied | None: ...
+    def put(self, applied: Applied) -> None: ...
+    def put_targets(self, uid: str, fingerprint: str, targets: frozenset[str]) -> None:
+        """Only the target set, and only while the stored fingerprint is still `fingerprint`."""
+        ...
+
+    def forget(self, uid: str) -> None:
+        """Drop the checkpoint (the next pass reads AWS in full)."""
+        ...
+
+    def tombstone(self, uid: str) -> None: ...
 
 
 class OwnershipReader(Protocol):

@@ -7,7 +7,7 @@ step is idempotent, and a crash at any line is repaired by the retry (which runs
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ccm.contracts import kube as p
@@ -132,6 +132,13 @@ class ServiceReconciler:
 
     # -- ENSURE path ----------------------------------------------------------------------------------------------
     def _ensure(self, svc: KubeObject, outcome: Outcome, flags: PassFlags, quiet: bool, register: bool) -> None:
+        if flags.trust_applied and p.has_finalizer(svc):
+            # What was applied still stands (one AWS read): nothing changed, so nothing is said or registered.
+            unchanged = self.balancer.ensure_unchanged(self.cluster_name, svc)
+            if unchanged is not None:
+                self._write_status(svc, unchanged.to_api().get("ingress", []), outcome)
+                return
+        flags = replace(flags, first_sight=not p.has_finalizer(svc))
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
         current_ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
@@ -191,6 +198,15 @@ class ServiceReconciler:
     # -- DELETE path ----------------------------------------------------------------------------------------------
     def _delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:
         key, uid = f"{p.meta(svc).get('namespace')}/{p.meta(svc).get('name')}", str(p.meta(svc)["uid"])
+        applied = self.balancer.applied_for(uid)
+        if applied is not None and write_status:
+            # Our own record says what we made (True) or that we deleted it all (False): no ownership read. (The
+            # IAM policy lets us delete only resources carrying our UID tag, so AWS confirms it at the delete.)
+            if applied:
+                self._event(svc, outcome, "Normal", "DeletingLoadBalancer", "Deleting load balancer")
+                self.balancer.ensure_load_balancer_deleted(self.cluster_name, svc)
+            self._finish_delete(svc, outcome, write_status)
+            return
         found = self.ownership.tags_for_uid(uid)
         if not write_status:  # CLEANUP_FOREIGN
             shared = not p.spec(svc).get("loadBalancerClass") and not self.claim_unclassed
@@ -211,6 +227,9 @@ class ServiceReconciler:
             self._event(svc, outcome, "Normal", "DeletingLoadBalancer", "Deleting load balancer")
         # Always run: it also removes target groups a crash orphaned after the LB itself was gone.
         self.balancer.ensure_load_balancer_deleted(self.cluster_name, svc)
+        self._finish_delete(svc, outcome, write_status)
+
+    def _finish_delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:
         self.members.unregister(svc)
         remaining = [f for f in p.meta(svc).get("finalizers") or [] if f != p.FINALIZER]
         svc = self.kube.set_finalizers(svc, remaining)
@@ -220,7 +239,14 @@ class ServiceReconciler:
 
     def _delete_on_hint(self, key: str, uid: str, live: KubeObject | None, outcome: Outcome) -> None:
         """The API confirmed that no live Service has `uid` (decide); the resources must say they are that
-        Service's (ccm.service.hints), else nothing is deleted: a message is a hint, never an order."""
+        Service's (ccm.service.hints), else nothing is deleted: a message is a hint, never an order. Our own
+        record of what we applied for the UID is such a proof (and a tombstone says there is nothing left)."""
+        applied = self.balancer.applied_for(uid)
+        if applied is False:
+            return
+        if applied:
+            self.by_uid.delete_for_uid(uid)
+            return
         refusal = hint_delete_refusal(key, uid, self.ownership.tags_for_uid(uid))
         if refusal is None:
             self.by_uid.delete_for_uid(uid)

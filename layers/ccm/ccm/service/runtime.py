@@ -84,6 +84,8 @@ class ServiceRuntime(FifoBatchRuntime):
         flags = PassFlags(
             thorough=attempt > 1 or delta.type in ("SYNC", "DELETED"),
             check_attributes=delta.type != "HOSTS",  # a host update only touches targets
+            # A first attempt may trust the checkpoint of what was applied; a retry reads everything again.
+            trust_applied=attempt == 1,
         )
         self.clients.counter.reset_thread()
         try:

@@ -3,6 +3,7 @@ security groups, the member nodes (membership table when configured, else a LIST
 
 from __future__ import annotations
 
+from ccm.aws.applied import AppliedTable
 from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import AwsClients
@@ -29,6 +30,9 @@ def build_service_runtime(
         ClassicLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
         "nlb" if settings.default_lb_type == "nlb" else "clb",
         security_groups=groups,
+        # Checkpoints live in the membership table; without one every pass reads AWS in full.
+        applied=AppliedTable(settings.membership_table, clients) if settings.membership_table else None,
+        tagging=clients.tagging,
     )
     reconciler = ServiceReconciler(
         kube,
