@@ -21,8 +21,8 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws.applied import due_for_full_read
-from ccm.aws.ownership import tagged_elb_arns
 from ccm.aws.lbconfig import LbType, parse_load_balancer_config
+from ccm.aws.ownership import tagged_elb_arns
 from ccm.aws.refusals import as_refusal
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import kube as p

@@ -22,8 +22,8 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import clb_model as m
 from ccm.aws import names
-from ccm.aws.applied import fingerprint
 from ccm.aws import references as refs
+from ccm.aws.applied import fingerprint
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.fixed_settings import FIXED_SETTING, scheme_kept

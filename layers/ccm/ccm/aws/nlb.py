@@ -25,9 +25,9 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws import nlb_model as m
-from ccm.aws.applied import fingerprint
 from ccm.aws import nlb_placement as placed
 from ccm.aws import references as refs
+from ccm.aws.applied import fingerprint
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.fixed_settings import FIXED_SETTING

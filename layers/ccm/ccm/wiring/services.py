@@ -31,7 +31,7 @@ def build_service_runtime(
         "nlb" if settings.default_lb_type == "nlb" else "clb",
         security_groups=groups,
         # Checkpoints live in the membership table; without one every pass reads AWS in full.
-        applied=AppliedTable(settings.membership_table, clients) if settings.membership_table else None,
+        applied=AppliedTable(store.table, clients) if store is not None else None,
         tagging=clients.tagging,
     )
     reconciler = ServiceReconciler(
