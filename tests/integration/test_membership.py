@@ -181,7 +181,11 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
     world.clients.counter.reset_thread()
     assert runtime.handle_batch(hosts_event, Ctx()) == {"batchItemFailures": []}
     calls = world.clients.counter.thread_calls()
-    assert calls["elbv2:RegisterTargets"] == 2 and CallCounter.mutating(calls) == 2
+    # Only the difference, by the checkpoint's ARNs: one RegisterTargets per target group, no ELB read; the one
+    # other write is the checkpoint's new target set.
+    assert calls["elbv2:RegisterTargets"] == 2 and CallCounter.mutating(calls) == 3
+    assert not [op for op in calls if op.startswith("elbv2:Describe")]
+    assert calls["dynamodb:UpdateItem"] == 1
     assert not [r for r in emulator.request_log.snapshot() if r["path"] == "/api/v1/nodes"]  # no LIST
     events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
     assert "UpdatedLoadBalancer" in {e["reason"] for e in events}
