@@ -3,22 +3,33 @@
 Counted / measured inputs (from this bench's other scenarios, same results file): AWS calls per Service
 operation and the membership table's DynamoDB calls (`aws_calls.nlb`), per-record overhead outside AWS calls, the
 records our own writes echo back and the log bytes per record (`latency_ms`, measured at the template's INFO log
-level), the EMF metric names the code emits and the alarms and dashboards the template declares. Assumed (stated
-in `assumptions`): the churn, the watcher settings, the ESM's idle polling. An AWS call is costed at the bench's
-injected 50 ms, a stand-in for real API latency. Free tiers are ignored. The watcher runs in the cluster and its
-compute is not on this bill.
+level), the custom metrics the four functions' runtimes really print, per situation (bench/scenarios/cost_inputs.py:
+the runtimes driven through one record of each kind against moto and the emulator, their EMF collected), the
+membership items' sizes as the store writes them, and the alarms and dashboards the template declares. Assumed
+(stated in `assumptions`): the churn, the watcher settings, the ESM's idle polling, the resync's checkpoint read.
+
+Custom metrics are billed per metric-hour (0.30 USD a month = 730 hours): a metric costs for the hours in which it
+is published, so a counter published only when non-zero costs the hours its situation occurs in. Periodic
+situations (resync, heartbeat, passes, sweeps) fill every hour; churn is spread at random over the day (Poisson:
+an hour holds at least one of r events a day with probability 1 - exp(-r/24)); failures are assumed to occur in
+`failure_hours_per_month` hours. DynamoDB: a strongly consistent read is 1 RRU per 4 KB, an eventually consistent
+one 0.5, a Query sums the sizes of the items it reads before rounding up to 4 KB; a write is 1 WRU per 1 KB.
+An AWS call is costed at the bench's injected 50 ms, a stand-in for real API latency. Free tiers are ignored. The
+watcher runs in the cluster and its compute is not on this bill.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.scenarios.cost_inputs import emitted_metrics, item_sizes
+
 REPO = Path(__file__).resolve().parents[2]
 DAYS_PER_MONTH = 30.4
+HOURS_PER_MONTH = 730  # CloudWatch prorates custom metrics by the hour over a 730-hour month
 PRICES_DATE = "2026-11-22"
 
 
@@ -53,8 +64,21 @@ class Assumptions:
     sweeper_minutes: int = 60
     memory_mb: int = 512  # template Globals MemorySize
     batch_size: int = 10  # FIFO ESM maximum: bursts (resync, HOSTS fan-out) are processed 10 records a call
-    esm_pollers_per_queue: int = 5  # idle long polls Lambda keeps open per SQS event source (20 s each)
+    # Idle long polls Lambda keeps open per SQS event source, 20 s each (ReceiveMessage WaitTimeSeconds=20): the
+    # Lambda Developer Guide ("Scaling and processing" of SQS event sources) says Lambda starts with five
+    # concurrent pollers (batches); we assume all five keep polling an idle queue. MaximumConcurrency bounds the
+    # invocations, not these polls.
+    esm_pollers_per_queue: int = 5
+    # Queues with an event source: services, nodes, routes (template.yaml). The routes triggers could ride the
+    # nodes queue (both are Node-driven FIFO queues fed by our own senders and a 5-minute schedule): 2 pollers'
+    # worth of queues instead of 3 (docs/performance.md); the template keeps 3 for now.
+    polled_queues: int = 3
     log_retention_months: float = 1.0
+    failure_hours_per_month: float = 2.0  # hours in which some failure counter (malformed, failed, throttled) fires
+    # The service reconciler's resync read: one strongly consistent GetItem of the Service's checkpoint item
+    # (~1 KB) instead of the Query of the whole node partition; the Query stays on creates and host updates.
+    resync_checkpoint_read: bool = True
+    checkpoint_item_bytes: int = 1024
 
 
 # AWS calls of the smaller invocations, counted by the tests named in bench/README.md ("Node and route figures").
@@ -62,6 +86,10 @@ NODE_DELTA_CALLS = 1 + 3  # DescribeInstances + membership GetItem/PutItem/Query
 NODE_IDLE_CALLS = 1  # safety pass: one filtered DescribeInstances; heartbeat: none, counted as one to be safe
 ROUTE_PASS_CALLS = 2
 SWEEPER_CALLS = 6  # tagging GetResources + Describe of LBs/TGs/SGs; a clean cluster deletes nothing
+# Used only when latency_ms is not in the results (it needs the devstack): the figures of its last full run.
+ECHO_RECORDS = 1.0  # our own status/finalizer writes come back as one more delta per Service change
+LOG_BYTES_PER_RECORD = 1060  # the last full run: 1.06 GB a month (docs/performance.md)
+CALL_MS = 50.0  # the injected latency of an AWS call
 
 
 def _lb_calls(nlb: dict[str, Any], op: str) -> tuple[int, int]:
@@ -108,22 +136,24 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
         rows.append(_row("sweeper", "scheduled sweeps", sweeps, sweeps, base + SWEEPER_CALLS * call_ms,
                          SWEEPER_CALLS, 0, a))  # fmt: skip
 
-    queues = 3 if a.routes_enabled else 2
+    queues = a.polled_queues if a.routes_enabled else min(a.polled_queues, 2)
     idle_polls = queues * a.esm_pollers_per_queue * day / 20
+    units = dynamodb_units(measured["item_bytes"], a)
     per_day = {
         "lambda_requests": sum(r["invocations"] for r in rows) * p.lambda_request,
         "lambda_compute": sum(r["gb_s"] for r in rows) * p.lambda_arm_gb_s,
         # watcher/Lambda sends (batched by 10), ESM receives and deletes per invocation, plus idle long polls
         "sqs": (sum(r["records"] / a.batch_size + 2 * r["invocations"] for r in rows) + idle_polls)
         * p.sqs_fifo_request,
-        "dynamodb": sum(r["ddb_calls"] for r in rows) * (p.dynamodb_read_unit + p.dynamodb_write_unit) / 2,
+        "dynamodb": units["rru_per_day"] * p.dynamodb_read_unit + units["wru_per_day"] * p.dynamodb_write_unit,
     }
     log_gb_day = sum(r["records"] for r in rows) * float(measured["log_bytes_per_record"]) / 1e9
     monthly = {k: v * DAYS_PER_MONTH for k, v in per_day.items()}
     monthly["cloudwatch_logs"] = (
         log_gb_day * DAYS_PER_MONTH * (p.cw_logs_ingest_gb + p.cw_logs_store_gb_month * a.log_retention_months)
     )
-    monthly["cloudwatch_metrics"] = measured["custom_metrics"] * p.cw_custom_metric_month
+    metric_hours = metric_hours_per_month(measured["metrics_by_situation"], a)
+    monthly["cloudwatch_metrics"] = sum(metric_hours.values()) / HOURS_PER_MONTH * p.cw_custom_metric_month
     monthly["cloudwatch_alarms"] = measured["alarms"] * p.cw_alarm_month
     monthly["cloudwatch_dashboards"] = measured["dashboards"] * p.cw_dashboard_month
     breakdown = {k: round(v, 2) for k, v in monthly.items()}
@@ -132,6 +162,10 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
         "breakdown_usd_per_month": breakdown,
         "per_day": [{k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()} for r in rows],
         "log_gb_per_month": round(log_gb_day * DAYS_PER_MONTH, 2),
+        "custom_metrics": len(metric_hours),  # distinct (namespace, name, dimensions) published at all
+        "custom_metric_hours_per_month": {k: round(v, 1) for k, v in sorted(metric_hours.items())},
+        "dynamodb_units_per_day": {k: round(v, 1) for k, v in units.items()},
+        "idle_polls_per_day": round(idle_polls),
         "assumptions": asdict(a),
         "prices_usd": {**asdict(p), "date": PRICES_DATE, "region": "us-east-1", "free_tiers": "ignored"},
         "measured": measured,
@@ -153,15 +187,62 @@ def _row(fn: str, what: str, records: float, invocations: float, ms_per_record: 
     }
 
 
-def custom_metrics() -> int:
-    """Distinct (function, metric name) pairs the code emits with add_metric, plus ColdStart per function: each is
-    one CloudWatch custom metric (Powertools adds one `service` dimension per function)."""
-    names: set[tuple[str, str]] = set()
-    for path in (REPO / "layers" / "ccm" / "ccm").rglob("runtime.py"):
-        for name in re.findall(r'add_metric\(\s*name="([A-Za-z]+)"', path.read_text()):
-            names.add((path.parent.name, name))
-    functions = len(list((REPO / "functions").glob("*/app.py")))
-    return len(names) + functions
+def situation_hours(a: Assumptions) -> dict[str, float]:
+    """Hours a month in which each situation of cost_inputs.emitted_metrics occurs at least once."""
+
+    def churn(per_day: float) -> float:
+        return HOURS_PER_MONTH * (1 - math.exp(-per_day / 24))
+
+    every_hour = float(HOURS_PER_MONTH)
+    return {
+        "resync": every_hour, "heartbeat": every_hour, "safety_pass": every_hour, "sweep": every_hour,
+        "route_pass": every_hour if a.routes_enabled else 0.0,
+        "service_change": churn(a.service_changes_per_day),
+        "node_change": churn(a.node_changes_per_day),
+        "host_update": churn(a.node_changes_per_day),
+        "route_change": churn(a.node_changes_per_day) if a.routes_enabled else 0.0,
+        "ec2_event": churn(a.node_changes_per_day * a.ec2_events_per_node_change),
+        "failure": a.failure_hours_per_month,
+    }  # fmt: skip
+
+
+def metric_hours_per_month(by_situation: dict[str, list[str]], a: Assumptions) -> dict[str, float]:
+    """Metric -> hours a month it is published: the hours of any situation that publishes it (independent)."""
+    hours = situation_hours(a)
+    quiet: dict[str, float] = {}  # metric -> probability that an hour publishes it not
+    for situation, metrics in by_situation.items():
+        share = hours[situation] / HOURS_PER_MONTH
+        for metric in metrics:
+            quiet[metric] = quiet.get(metric, 1.0) * (1 - share)
+    return {metric: HOURS_PER_MONTH * (1 - q) for metric, q in quiet.items() if q < 1}
+
+
+def read_units(item_bytes: float, consistent: bool = True) -> float:
+    """RRU of one read of `item_bytes` (a Query: the sum of the items it reads): 4 KB blocks, half if eventual."""
+    blocks = max(1, math.ceil(item_bytes / 4096))
+    return blocks if consistent else blocks / 2
+
+
+def dynamodb_units(item_bytes: dict[str, int], a: Assumptions) -> dict[str, float]:
+    """Read and write units a day of the membership table at the stated size and churn."""
+    nodes = a.nodes * item_bytes["node"] + item_bytes["seeded_marker"]  # one Query reads the node partition
+    services = a.lb_services * item_bytes["service"]
+    day = 86400
+    resync_reads = day / a.resync_seconds * a.lb_services
+    resync = read_units(a.checkpoint_item_bytes) if a.resync_checkpoint_read else read_units(nodes)
+    rru = {
+        "resync": resync_reads * resync,
+        "service_changes": a.service_changes_per_day * read_units(nodes),
+        "host_updates": a.node_changes_per_day * a.lb_services * read_units(nodes),
+        # nodes Lambda per node change: GetItem (eventually consistent), the node and the Service registry Queries
+        "node_changes": a.node_changes_per_day
+        * (read_units(item_bytes["node"], False) + read_units(nodes) + read_units(services)),
+        "safety_passes": day / (a.node_safety_pass_minutes * 60) * read_units(nodes),
+    }
+    wru = a.service_changes_per_day * math.ceil(item_bytes["service"] / 1024) + a.node_changes_per_day * math.ceil(
+        item_bytes["node"] / 1024
+    )
+    return {**{f"rru_{k}": v for k, v in rru.items()}, "rru_per_day": sum(rru.values()), "wru_per_day": wru}
 
 
 def template_counts() -> tuple[int, int]:
@@ -173,24 +254,27 @@ def template_counts() -> tuple[int, int]:
 def run(results: dict[str, Any]) -> dict[str, Any]:
     nlb = (results.get("aws_calls") or {}).get("nlb")
     latency = results.get("latency_ms")
-    if not nlb or not latency:
-        raise RuntimeError("the cost model needs aws_calls and latency_ms in the results: run them first")
+    if not nlb:
+        raise RuntimeError("the cost model needs aws_calls in the results: run it first")
     ops = ("create", "noop", "add_node", "delete")
     calls_per_record = {op: _lb_calls(nlb, op)[0] for op in ops}
-    call_ms = float(latency["injected_latency_ms"])
+    call_ms = float(latency["injected_latency_ms"]) if latency else CALL_MS
     # Per-record work besides AWS's latency (Kubernetes reads/writes, parsing, planning, and moto's own time, so
     # an overestimate): the single-threaded run of aws_calls. The latency scenario's durations are not used: there
     # moto and the emulator serve every environment from one process (GIL), which AWS does not.
     base_ms = nlb["duration_ms"]
     alarms, dashboards = template_counts()
+    echo = round(latency["records"] / latency["services"] - 1, 2) if latency else ECHO_RECORDS
     measured = {
         "calls": calls_per_record,
         "ddb_calls": {op: _lb_calls(nlb, op)[1] for op in ops},
         "base_ms": base_ms,
         "call_ms": call_ms,
-        "echo_records": round(latency["records"] / latency["services"] - 1, 2),
-        "log_bytes_per_record": latency["log_bytes_per_record"],
-        "custom_metrics": custom_metrics(),
+        "echo_records": echo,
+        "log_bytes_per_record": latency["log_bytes_per_record"] if latency else LOG_BYTES_PER_RECORD,
+        "from_latency_scenario": bool(latency),
+        "metrics_by_situation": emitted_metrics(),
+        "item_bytes": item_sizes(),
         "alarms": alarms,
         "dashboards": dashboards,
         "sweeper": (REPO / "functions" / "sweeper" / "app.py").is_file(),

@@ -9,6 +9,6 @@ from ccm.wiring.services import runtime
 
 
 @logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics(capture_cold_start_metric=True)
+@metrics.log_metrics  # no ColdStart metric: every log line carries `cold_start` (Logs Insights counts it)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return runtime().handle_batch(event, context)

@@ -10,7 +10,7 @@ from ccm.wiring.sweeper import runtime
 
 
 @logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics(capture_cold_start_metric=True)
+@metrics.log_metrics  # no ColdStart metric: every log line carries `cold_start` (Logs Insights counts it)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = runtime().run()
     return {k: v for k, v in vars_of(report).items() if k != "decisions"}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.scenarios.cost import REPO, Assumptions, Prices, custom_metrics, model, template_counts
+from bench.scenarios.cost import REPO, Assumptions, Prices, metric_hours_per_month, model, read_units, template_counts
+from bench.scenarios.cost_inputs import item_size, item_sizes
 
 MEASURED = {
     "calls": {"create": 15, "noop": 6, "add_node": 3, "delete": 12},
@@ -13,7 +14,11 @@ MEASURED = {
     "call_ms": 50.0,
     "echo_records": 1.0,
     "log_bytes_per_record": 2000,
-    "custom_metrics": 30,
+    "metrics_by_situation": {
+        "resync": ["ServerlessCCM/ReconcileDuration[service=s]"],
+        "failure": ["ServerlessCCM/ReconcileFailed[service=s]"],
+    },
+    "item_bytes": {"node": 800, "service": 100, "seeded_marker": 23},
     "alarms": 10,
     "dashboards": 1,
     "sweeper": True,
@@ -28,11 +33,9 @@ def test_breakdown_adds_up_and_counts_every_resync_record():
     assert resync["invocations"] == 20 * 144  # batches of 10
     assert resync["ms_per_record"] == 40 + 6 * 50
     fixed = result["breakdown_usd_per_month"]
-    assert (
-        fixed["cloudwatch_metrics"] == 9.0
-        and fixed["cloudwatch_alarms"] == 1.0
-        and fixed["cloudwatch_dashboards"] == 3.0
-    )
+    # one metric every hour + one published in 2 hours a month
+    assert fixed["cloudwatch_metrics"] == round(0.30 * (1 + 2 / 730), 2)
+    assert fixed["cloudwatch_alarms"] == 1.0 and fixed["cloudwatch_dashboards"] == 3.0
 
 
 def test_cost_follows_the_stated_churn_and_prices():
@@ -43,13 +46,34 @@ def test_cost_follows_the_stated_churn_and_prices():
     assert model(MEASURED, p=free_lambda)["breakdown_usd_per_month"]["lambda_compute"] == 0
 
 
-def test_custom_metrics_are_counted_from_the_code():
-    # every runtime emits at least its reconcile outcome metrics; each function adds its ColdStart metric
-    assert custom_metrics() > 10
+def test_metrics_are_prorated_by_the_hours_they_are_published():
+    hours = metric_hours_per_month(
+        {"resync": ["always"], "failure": ["rare"], "service_change": ["churn", "rare"]}, Assumptions()
+    )
+    assert hours["always"] == 730 and hours["rare"] > hours["churn"] - 1
+    assert 400 < hours["churn"] < 420  # 20 changes a day: an hour holds one with probability 1 - exp(-20/24)
+    assert round(metric_hours_per_month({"failure": ["rare"]}, Assumptions())["rare"], 6) == 2  # failure hours
+
+
+def test_read_units_follow_item_size_and_consistency():
+    assert read_units(1024) == 1 and read_units(4097) == 2 and read_units(4097, consistent=False) == 1
+    # a Query sums its items before rounding: 100 nodes of 834 bytes = 21 units, not 100
+    assert read_units(100 * 834) == 21
+    assert item_size({"pk": {"S": "node"}, "member": {"BOOL": True}}) == 2 + 4 + 6 + 1
+    assert item_size({"m": {"M": {"a": {"S": "xy"}}}}) == 1 + 3 + 1 + 2 + 1
+    sizes = item_sizes()  # as ccm.membership.store writes them
+    assert 500 < sizes["node"] < 1200 and sizes["service"] < 200
+
+
+def test_resync_reads_one_checkpoint_item_instead_of_the_node_partition():
+    checkpoint = model(MEASURED)["dynamodb_units_per_day"]["rru_resync"]
+    query = model(MEASURED, replace(Assumptions(), resync_checkpoint_read=False))["dynamodb_units_per_day"]
+    assert checkpoint == 144 * 200 and query["rru_resync"] == 144 * 200 * 20  # 100 x 800 B + marker: 20 x 4 KB
 
 
 def test_alarms_and_dashboards_are_counted_in_both_templates():
     """The alarms and the dashboard are in observability.yaml (template.yaml's nested application)."""
     nested = (REPO / "observability.yaml").read_text()
     assert template_counts() == (nested.count("Type: AWS::CloudWatch::Alarm"), 1)
-    assert template_counts()[0] >= 15  # DLQ, queue age and function alarms, watcher silence, sweeper
+    # DLQs, queue ages, function errors (services, nodes, routes, sweeper), watcher silence; no Throttles alarms
+    assert template_counts()[0] == 11

@@ -48,7 +48,7 @@ from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.batch import Deferred, FifoBatchRuntime
-from ccm.call_metrics import add_call_metrics
+from ccm.call_metrics import add_call_metrics, add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, InstanceMetadata, Instances, KubeObject, RetryError
 from ccm.contracts.messages import Delta
@@ -202,8 +202,8 @@ class NodeRuntime(FifoBatchRuntime):
             logger.warning("record failed", extra={"error": describe_error(err), "attempt": attempt})
             raise
         finally:
-            calls = add_call_metrics(metrics, self.clients.counter, "NodeRecordDuration", started)
-            logger.info("processed", extra={"calls": dict(calls)})
+            figures = add_call_metrics(metrics, self.clients.counter, "NodeRecordDuration", started)
+            logger.info("processed", extra=figures)
 
     # -- Node deltas --------------------------------------------------------------------------------------------
     def on_delta(self, delta: Delta, attempt: int = 1) -> NodeContext:
@@ -248,7 +248,6 @@ class NodeRuntime(FifoBatchRuntime):
         nodes = [
             n for n in self.api.list_nodes() if instance_id_from_provider_id(m.provider_id(n)) == event.instance_id
         ]
-        metrics.add_metric(name="InstanceEvents", unit=MetricUnit.Count, value=1)
         if not nodes:
             logger.info("no node for this instance", extra={"instance_id": event.instance_id})
             return []
@@ -279,8 +278,9 @@ class NodeRuntime(FifoBatchRuntime):
             self._record(result)
             if result.node is not None:
                 kept.append(result.node)
-        metrics.add_metric(name="SafetyPassNodes", unit=MetricUnit.Count, value=len(nodes))
-        metrics.add_metric(name="SafetyPassNodeFailures", unit=MetricUnit.Count, value=failed)
+        # The node count is logged (every 5 minutes: a metric would bill every hour); failures only when any.
+        logger.append_keys(safety_pass_nodes=len(nodes), safety_pass_node_failures=failed)
+        add_if_nonzero(metrics, "SafetyPassNodeFailures", failed)
         ctx = PassContext(
             self.settings, self.kube, self.api, self.clients, self.instances, kept, dict(lookup), attempt, list_rv
         )
@@ -297,13 +297,8 @@ class NodeRuntime(FifoBatchRuntime):
         plan = result.plan
         if result.deleted:
             metrics.add_metric(name="NodesDeleted", unit=MetricUnit.Count, value=1)
-        if result.initialised:
-            metrics.add_metric(name="NodesInitialised", unit=MetricUnit.Count, value=1)
-            created = _age_seconds(result.node)
-            if created is not None:
-                metrics.add_metric(name="NodeInitLatency", unit=MetricUnit.Seconds, value=created)
-        if result.addresses_written:
-            metrics.add_metric(name="NodeAddressesUpdated", unit=MetricUnit.Count, value=1)
+        # Initialisations and address refreshes are routine: the "node synced" line below carries them (with the
+        # init latency), and EndToEndLatency charts the initialisations; a metric each would bill their hours too.
         if plan.events and plan.events[0].type == "Warning":
             metrics.add_metric(name="NodeSyncWarnings", unit=MetricUnit.Count, value=1)
         if plan.writes or plan.events:
@@ -315,6 +310,7 @@ class NodeRuntime(FifoBatchRuntime):
                     "initialised": result.initialised,
                     "deleted": result.deleted,
                     "addresses_written": result.addresses_written,
+                    "init_latency_s": _age_seconds(result.node) if result.initialised else None,
                     "events": [e.reason for e in plan.events],
                 },
             )

@@ -30,7 +30,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm import deadline
 from ccm.batch import set_visibility
-from ccm.call_metrics import add_call_metrics
+from ccm.call_metrics import add_call_metrics, add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, Routes
 from ccm.contracts.kube import RouteKubeApi
@@ -129,7 +129,6 @@ class RouteRuntime:
         thorough = any(r.trigger.source == "schedule" or r.attempt > 1 for r in received)
         most_tried = max(received, key=lambda r: r.attempt)
         logger.append_keys(triggers=len(received), thorough=thorough)
-        metrics.add_metric(name="RouteTriggers", unit=MetricUnit.Count, value=len(received))
         self.clients.counter.reset_thread()
         try:
             outcome = self.reconciler.reconcile(thorough=thorough, remaining=deadline.remaining_of(context))
@@ -141,7 +140,7 @@ class RouteRuntime:
             metrics.add_metric(name="RouteReconcileFailed", unit=MetricUnit.Count, value=1)
             return most_tried.record, failure_delay(most_tried.attempt)
         finally:
-            calls = add_call_metrics(metrics, self.clients.counter, "ReconcileDuration", started)
+            figures = add_call_metrics(metrics, self.clients.counter, "ReconcileDuration", started)
         for name, value in (
             ("RoutesCreated", outcome.created),
             ("RoutesReplaced", outcome.replaced),
@@ -149,7 +148,7 @@ class RouteRuntime:
             ("RouteProblems", len(outcome.problems)),
             ("RouteCallsFailed", len(outcome.failed)),
         ):
-            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+            add_if_nonzero(metrics, name, value)  # a converged pass publishes none of them
         observed = [r.trigger.observed_at for r in received if r.trigger.observed_at is not None]
         if outcome.changed and observed:
             metrics.add_metric(
@@ -158,7 +157,7 @@ class RouteRuntime:
                 value=max(0.0, (time.time() - min(observed)) * 1000),
                 resolution=MetricResolution.High,
             )
-        logger.info("route reconcile done", extra={"calls": dict(calls)})
+        logger.info("route reconcile done", extra=figures)  # with `triggers` (appended above): log only
         if outcome.failed:
             return most_tried.record, failure_delay(most_tried.attempt)
         if outcome.deferred:

@@ -21,6 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.lbconfig import LbType
 from ccm.aws.security_groups import SecurityGroups
+from ccm.call_metrics import add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import KubeObject
 from ccm.k8s.kube import Kube, KubeRest
@@ -232,15 +233,16 @@ class Sweeper:
             log.warning("could not record event %s", reason, exc_info=True)
 
     def _metrics(self, report: RunReport) -> None:
+        # SweeperOrphansFound every run (its 0 says the sweep ran: one metric, the sweeper widget's baseline); the
+        # rest only when non-zero. AwsCalls is in the run's log line only (ccm.call_metrics says why).
+        metrics.add_metric(name="SweeperOrphansFound", unit=MetricUnit.Count, value=report.orphans)
         for name, value in (
-            ("SweeperOrphansFound", report.orphans),
             ("SweeperDeleted", report.deleted),
             ("SweeperDriftRequeued", report.requeued),
+            ("AwsMutatingCalls", CallCounter.mutating(report.aws_calls)),
+            ("AwsThrottles", self.clients.counter.thread_throttles()),
         ):
-            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-        metrics.add_metric(name="AwsCalls", unit=MetricUnit.Count, value=sum(report.aws_calls.values()))
-        metrics.add_metric(name="AwsMutatingCalls", unit=MetricUnit.Count, value=CallCounter.mutating(report.aws_calls))
-        metrics.add_metric(name="AwsThrottles", unit=MetricUnit.Count, value=self.clients.counter.thread_throttles())
+            add_if_nonzero(metrics, name, value)
 
 
 def vars_of(report: RunReport) -> dict[str, Any]:

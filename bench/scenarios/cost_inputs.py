@@ -1,0 +1,262 @@
+"""What the cost model counts from the code itself, not from its source text:
+
+- `emitted_metrics()`: the real runtimes of the four functions (services, nodes, routes, sweeper, built by their
+  composition roots in ccm.wiring) driven through one record of every kind the stated churn produces, against moto
+  and the Kubernetes emulator (bench.world.BenchWorld); the EMF blobs they print are collected per situation
+  (bench.emf.EmfCapture). A distinct (namespace, metric name, dimension names + values) is one CloudWatch metric.
+- `item_sizes()`: the membership table's items as ccm.membership.store writes them, sized by DynamoDB's rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from bench.emf import EmfCapture
+
+REGION = "us-east-1"
+# Labels of an EKS managed node group's Node (what ccm.membership stores: all of them); the devstack's are fewer.
+EKS_NODE_LABELS = {
+    "kubernetes.io/hostname": "ip-10-0-137-204.ec2.internal",
+    "kubernetes.io/os": "linux",
+    "kubernetes.io/arch": "arm64",
+    "beta.kubernetes.io/os": "linux",
+    "beta.kubernetes.io/arch": "arm64",
+    "beta.kubernetes.io/instance-type": "m7g.large",
+    "node.kubernetes.io/instance-type": "m7g.large",
+    "failure-domain.beta.kubernetes.io/region": "us-east-1",
+    "failure-domain.beta.kubernetes.io/zone": "us-east-1a",
+    "topology.kubernetes.io/region": "us-east-1",
+    "topology.kubernetes.io/zone": "us-east-1a",
+    "topology.k8s.aws/zone-id": "use1-az1",
+    "eks.amazonaws.com/capacityType": "ON_DEMAND",
+    "eks.amazonaws.com/nodegroup": "general-2026",
+    "eks.amazonaws.com/nodegroup-image": "ami-0123456789abcdef0",
+    "eks.amazonaws.com/sourceLaunchTemplateId": "lt-0123456789abcdef0",
+    "eks.amazonaws.com/sourceLaunchTemplateVersion": "3",
+    "k8s.io/cloud-provider-aws": "0123456789abcdef0123456789abcdef",
+}
+
+
+# -- DynamoDB item sizes ---------------------------------------------------------------------------------------
+def attribute_size(value: dict[str, Any]) -> int:
+    """Bytes of one attribute value (DynamoDB JSON), by the Developer Guide's "Item sizes and formats": strings
+    are their UTF-8 bytes, numbers 1 byte per two significant digits + 1, booleans and null 1 byte, a map or list
+    3 bytes + 1 per element + its elements (a map's element also its key)."""
+    (kind, v), *_ = value.items()
+    if kind == "S":
+        return len(str(v).encode())
+    if kind == "N":
+        digits = str(v).lstrip("-").replace(".", "").strip("0") or "0"
+        return (len(digits) + 1) // 2 + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + attribute_size(e) + 1 for k, e in v.items())
+    if kind == "L":
+        return 3 + sum(attribute_size(e) + 1 for e in v)
+    raise ValueError(f"unsized type {kind}")
+
+
+def item_size(item: dict[str, dict[str, Any]]) -> int:
+    """An item's size: every attribute's name plus its value."""
+    return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
+
+
+class _Recorder:
+    """Stands in for the DynamoDB client: keeps what the store writes, answers nothing else."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def client(self, _service: str) -> _Recorder:
+        return self
+
+    def put_item(self, **kwargs: Any) -> dict[str, Any]:
+        self.items.append(kwargs["Item"])
+        return {}
+
+    def get_item(self, **_kwargs: Any) -> dict[str, Any]:
+        return {}
+
+
+def item_sizes() -> dict[str, int]:
+    """Bytes of a member node item, a registered Service item and the seeded marker, written by the real store."""
+    from ccm.membership.model import MemberRecord
+    from ccm.membership.store import MembershipStore
+
+    recorder = _Recorder()
+    store = MembershipStore("members", recorder)  # type: ignore[arg-type]  # only its dynamodb calls are used
+    record = MemberRecord("ip-10-0-137-204.ec2.internal", "i-0123456789abcdef0", EKS_NODE_LABELS, 123456789)
+    store.write(record.name, record, 123456789)
+    store.register_service("checkout-prod/checkout-api-public", str(uuid.uuid4()), {}, known_new=True)
+    store.mark_seeded()
+    node, service, marker = (item_size(i) for i in recorder.items)
+    return {"node": node, "service": service, "seeded_marker": marker}
+
+
+# -- custom metrics, from what the runtimes print ------------------------------------------------------------
+def sqs_record(body: str, group_id: str, receive_count: int = 1) -> dict[str, Any]:
+    now_ms = str(int(time.time() * 1000))
+    return {
+        "messageId": str(uuid.uuid4()),
+        "receiptHandle": "bench",
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": now_ms,
+            "MessageGroupId": group_id,
+            "MessageDeduplicationId": str(uuid.uuid4()),
+            "ApproximateFirstReceiveTimestamp": now_ms,
+            "SenderId": "bench",
+            "SequenceNumber": "1",
+        },
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:{REGION}:123456789012:bench.fifo",
+        "awsRegion": REGION,
+    }
+
+
+def _scheduled() -> str:
+    return json.dumps(
+        {"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events",
+         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ"), "detail": {}}
+    )  # fmt: skip
+
+
+@dataclass
+class _Context:
+    """The part of the Lambda context the runtimes read."""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 600_000
+
+
+@dataclass
+class Emitted:
+    capture: EmfCapture
+    by_situation: dict[str, set[tuple[str, str, tuple[str, ...]]]]
+
+    @contextlib.contextmanager
+    def situation(self, name: str, metrics: Metrics, service: str) -> Iterator[None]:
+        """Everything emitted inside is attributed to `name`; a failure the situation provokes is expected."""
+        metrics.clear_metrics()
+        self.capture.reset()
+        with contextlib.redirect_stdout(self.capture):
+            with contextlib.suppress(Exception):
+                yield
+            metrics.flush_metrics()
+        # Every blob carries the `service` dimension in Lambda (POWERTOOLS_SERVICE_NAME, set by the template and
+        # checked by tests/template/test_dashboard.py); here it is unset, so it is named from the function.
+        keys = {(ns, n, (f"service={service}", *(d for d in dims if d != "service")))
+                for ns, n, dims in self.capture.metric_keys}  # fmt: skip
+        self.by_situation.setdefault(name, set()).update(keys)
+
+
+def _joining_node(bench: Any) -> dict[str, Any]:
+    """A Node as a kubelet registers it with the external cloud provider: tainted, no providerID yet."""
+    ec2 = bench.clients.client("ec2")
+    subnet = next(iter(bench.world.private_subnets.values()))
+    inst = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, SubnetId=subnet)["Instances"][0]
+    taint = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
+    created: dict[str, Any] = bench.emulator.create(
+        {"apiVersion": "v1", "kind": "Node",
+         "metadata": {"name": inst["PrivateDnsName"], "labels": {"kubernetes.io/hostname": inst["PrivateDnsName"]}},
+         "spec": {"taints": [taint]}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    )  # fmt: skip
+    return created
+
+
+def emitted_metrics() -> dict[str, list[str]]:
+    """situation -> the metrics it publishes, as "namespace/name[dimension=value,...]"."""
+    from bench.world import CLUSTER, BenchWorld
+    from ccm.aws.security_groups import SecurityGroups
+    from ccm.config import Settings
+    from ccm.contracts.messages import heartbeat_for
+    from ccm.k8s.kube import Kube
+    from ccm.k8s.kubeconfig import from_kubeconfig
+    from ccm.node import runtime as node_rt
+    from ccm.node.events import ec2_state_change_body
+    from ccm.route import runtime as route_rt
+    from ccm.route.kube import RouteKube
+    from ccm.route.plan import parse_cluster_cidrs
+    from ccm.service import runtime as service_rt
+    from ccm.sweeper import runtime as sweeper_rt
+    from ccm.wiring.nodes import build_node_runtime
+    from ccm.wiring.routes import build_route_runtime
+    from devstack.aws_faithful import FaithfulSettings
+
+    bench = BenchWorld(nodes=3, faithful=FaithfulSettings(sg_release_seconds=2.0, eventual_consistency=False))
+    out = Emitted(EmfCapture(), {})
+    try:
+        vpc = bench.world.vpc_id
+        settings = Settings(CLUSTER, vpc, region=REGION, default_lb_type="nlb", membership_table=bench.table,
+                            services_queue_url=bench.queue_url, sweeper_table=bench.table)  # fmt: skip
+        svc_metrics, service = service_rt.metrics, "service-reconciler"
+
+        def handle(body: str, group: str) -> None:
+            bench.runtime.handle_record(SQSRecord(sqs_record(body, group)))
+
+        created = bench.create_service("cost", [80, 443])
+        with out.situation("service_change", svc_metrics, service):
+            bench.reconcile(bench.delta("Service", "ADDED", created))
+        with out.situation("resync", svc_metrics, service):
+            bench.reconcile(bench.delta("Service", "SYNC", bench.service("cost")))
+        with out.situation("heartbeat", svc_metrics, service):
+            bench.reconcile(heartbeat_for("bench", time.time() - 1, 60))
+        with out.situation("failure", svc_metrics, service):
+            handle("not a delta", "bad")
+            typo = {"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "often"}
+            bench.reconcile(bench.delta("Service", "ADDED", bench.create_service("typo", [80], annotations=typo)))
+
+        nodes = build_node_runtime(settings, Kube(from_kubeconfig(bench.kubeconfig)), bench.clients)
+        node_metrics, node_service = node_rt.metrics, "node-reconciler"
+        node = _joining_node(bench)
+        with out.situation("node_change", node_metrics, node_service):
+            nodes.handle_record(SQSRecord(sqs_record(bench.delta("Node", "ADDED", node).to_body(), "n")))
+        node = bench.emulator.get("nodes", "", node["metadata"]["name"]) or node
+        past = time.time() - 60  # a coalescing bucket already over: its HOSTS message is processed at once
+        bench.updater(clock=lambda: past).on_node_delta(bench.delta("Node", "ADDED", bench.add_node()))
+        with out.situation("host_update", svc_metrics, service):
+            received = bench.sqs.receive_message(QueueUrl=bench.queue_url, MaxNumberOfMessages=10)
+            for message in received.get("Messages", []):
+                bench.runtime.handle_record(SQSRecord(sqs_record(message["Body"], "h", 2)))
+        instance = (node.get("spec") or {}).get("providerID", "aws:///us-east-1a/i-0123456789abcdef0").rsplit("/")[-1]
+        with out.situation("ec2_event", node_metrics, node_service):
+            nodes.handle_record(SQSRecord(sqs_record(ec2_state_change_body(instance, "running", "e1"), "e")))
+        with out.situation("safety_pass", node_metrics, node_service):
+            nodes.handle_record(SQSRecord(sqs_record(_scheduled(), "pass")))
+        with out.situation("failure", node_metrics, node_service):
+            nodes.handle_record(SQSRecord(sqs_record("not a message", "bad")))
+
+        route_settings = route_rt.RouteSettings(CLUSTER, vpc, parse_cluster_cidrs(["10.244.0.0/16"]))
+        routes = build_route_runtime(route_settings, RouteKube(from_kubeconfig(bench.kubeconfig)), bench.clients)
+        route_metrics, route_service = route_rt.metrics, "route-reconciler"
+        for situation in ("route_change", "route_pass"):  # the first pass creates the routes, the next finds none
+            with out.situation(situation, route_metrics, route_service):
+                routes.handle_batch({"Records": [sqs_record(_scheduled(), "routes")]}, _Context())
+
+        sweeper = sweeper_rt.Sweeper(
+            sweeper_rt.SweeperSettings.of(settings),
+            Kube(from_kubeconfig(bench.kubeconfig)),
+            sweeper_rt.ServiceLister(from_kubeconfig(bench.kubeconfig)),
+            bench.clients,
+            SecurityGroups(bench.clients, vpc, CLUSTER),
+        )
+        with out.situation("sweep", sweeper_rt.metrics, "sweeper"):
+            sweeper.run()
+    finally:
+        bench.close()
+    return {
+        s: sorted(f"{ns}/{name}[{','.join(dims)}]" for ns, name, dims in keys) for s, keys in out.by_situation.items()
+    }
