@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from botocore.exceptions import ClientError
 
@@ -105,7 +106,10 @@ class LoadBalancers:
                     # LB uses it under the same name).
                     driver.delete_for_uid(uid)
         if self.applied is not None and status.applied is not None:
-            self.applied.put(status.applied)
+            applied = status.applied
+            if applied.verified_at > 0:  # 0: the driver wants the next pass to be full
+                applied = replace(applied, verified_at=self.clock())
+            self.applied.put(applied)
         return status
 
     # -- the checkpoint (ccm.aws.applied) ----------------------------------------------------------------------
