@@ -31,7 +31,7 @@ from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
 from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.ownership import clb_tags, ours_to_delete
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
-from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
+from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, forget_discovery, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
@@ -103,7 +103,7 @@ class ClassicLoadBalancers:
                 warnings.append(LoadBalancerWarning(FIXED_SETTING, kept))
                 config = replace(config, scheme=lb["Scheme"])  # converged as it is: subnets found for its scheme
         # Everything that can refuse the Service happens above and here, before the first write.
-        subnets = self._subnets(config, cluster_name, nodes)
+        subnets = self._subnets(config, cluster_name, nodes, creating=lb is None)
         desired = m.desired_clb(service, config, nodes, cluster_name, subnets.ids)
         self.references.verify(refs.wanted(config, creating=lb is None) - refs.in_use(lb), config)
         groups: list[str] = []
@@ -238,9 +238,14 @@ class ClassicLoadBalancers:
         """The LB's tags, or None when it does not exist."""
         return clb_tags(self.elb, name)
 
-    def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:
-        """Rediscovered on every ensure, so new or retagged subnets are attached and removed ones detached."""
-        return resolve_subnets(self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "Classic ELB")
+    def _subnets(
+        self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool = False
+    ) -> SubnetChoice:
+        """Rediscovered on every full pass over an existing LB, so new or retagged subnets are attached and removed
+        ones detached; a creation may reuse a recent clean discovery (ccm.aws.subnets)."""
+        return resolve_subnets(
+            self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "Classic ELB", creating=creating
+        )
 
     # -- writes -----------------------------------------------------------------------------------------------
     def _create_lb(self, desired: m.CLBSpec) -> str:
@@ -260,6 +265,8 @@ class ClassicLoadBalancers:
             code = error_code(err)
             if code == "DuplicateLoadBalancerName":
                 raise RetryError(f"{desired.name} appeared concurrently", delay_seconds=5) from err
+            if code in ("SubnetNotFound", "InvalidSubnet"):
+                forget_discovery(self.vpc_id)  # a subnet of the reused discovery is gone: read again next time
             raise
         return str(created["DNSName"])
 

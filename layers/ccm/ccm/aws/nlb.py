@@ -35,7 +35,7 @@ from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, val
 from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.ownership import nlb_tags, ours_to_delete
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
-from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
+from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, forget_discovery, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
@@ -89,7 +89,7 @@ class NetworkLoadBalancers:
         placement: dict[str, Any] = {}
         if lb is None:
             # Subnets and their EIPs / private IPs are checked before the first write: a refusal changes nothing.
-            choice = self._subnets(config, cluster_name, nodes)
+            choice = self._subnets(config, cluster_name, nodes, creating=True)
             cidrs = self._cidrs(choice) if config.private_ipv4_addresses else None
             validate_against_subnets(config, choice.ids, cidrs)
             placement = placed.placement(config, choice.ids, cidrs or {})
@@ -182,8 +182,12 @@ class NetworkLoadBalancers:
         for arn, _ in applied.target_groups:
             self._delete_target_group(arn)
 
-    def _subnets(self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject]) -> SubnetChoice:
-        return resolve_subnets(self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "NLB")
+    def _subnets(
+        self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool = False
+    ) -> SubnetChoice:
+        return resolve_subnets(
+            self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "NLB", creating=creating
+        )
 
     def _cidrs(self, choice: SubnetChoice) -> dict[str, str]:
         """Subnet CIDRs for placing private IPs (subnets given by ID were not described yet: one call)."""
@@ -405,6 +409,8 @@ class NetworkLoadBalancers:
                 **placement,
             )["LoadBalancers"][0]
         except ClientError as err:
+            if error_code(err) in ("SubnetNotFound", "InvalidSubnet"):
+                forget_discovery(self.vpc_id)  # a subnet of the reused discovery is gone: read again next time
             if error_code(err) != "DuplicateLoadBalancerName":
                 raise
             # Created without looking and one is there after all (made concurrently): the retry reads it.

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ccm.aws.lbconfig import SUBNETS_ANNOTATION, LoadBalancerConfig
 from ccm.aws.names import CLUSTER_TAG_PREFIX, cluster_tag_key
@@ -13,6 +15,19 @@ from ccm.contracts.cloud import CloudStateError
 ROLE_ELB = "kubernetes.io/role/elb"
 ROLE_INTERNAL_ELB = "kubernetes.io/role/internal-elb"
 UNAVAILABLE_SUBNETS = "UnavailableSubnets"  # Warning reason: nodes run in zones the LB has no subnet in
+DISCOVERY_TTL_SECONDS: Final = 300.0
+
+# vpc id -> (when, subnets, route tables): what discovery read, kept per execution environment for creations only
+# (a burst of new Services shares one read). Only a clean answer is kept (every node zone covered): a retry after
+# tagging a subnet, and every pass over an existing load balancer, read again.
+_discovered: dict[str, tuple[float, list[dict[str, Any]], list[dict[str, Any]]]] = {}
+_discovered_lock = threading.Lock()
+
+
+def forget_discovery(vpc_id: str) -> None:
+    """After AWS refused a subnet we chose (deleted meanwhile): the next creation reads again."""
+    with _discovered_lock:
+        _discovered.pop(vpc_id, None)
 
 
 def _tags(resource: dict[str, Any]) -> dict[str, str]:
@@ -97,9 +112,11 @@ def resolve_subnets(
     cluster_name: str,
     zones_needed: set[str],
     kind: str,
+    creating: bool = False,
 ) -> SubnetChoice:
     """The `subnets` annotation (IDs as given, Name tags resolved in our VPC with one filtered call), else
-    discovery as cloud-provider-aws does it (two VPC-filtered calls)."""
+    discovery as cloud-provider-aws does it (two VPC-filtered calls; `creating`: a clean answer of the last 5
+    minutes is reused)."""
     vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
     if config.subnets:
         chosen = list(config.subnet_ids)
@@ -113,8 +130,14 @@ def resolve_subnets(
             chosen += [named[n] for n in config.subnet_names]
             return SubnetChoice(chosen, cidrs=cidrs_of(found, chosen) if not config.subnet_ids else None)
         return SubnetChoice(chosen)
-    subnets = ec2.describe_subnets(Filters=[vpc_filter])["Subnets"]
-    tables = ec2.describe_route_tables(Filters=[vpc_filter])["RouteTables"]
+    with _discovered_lock:
+        cached = _discovered.get(vpc_id) if creating else None
+    if cached is not None and time.monotonic() - cached[0] < DISCOVERY_TTL_SECONDS:
+        subnets, tables = cached[1], cached[2]
+    else:
+        subnets = ec2.describe_subnets(Filters=[vpc_filter])["Subnets"]
+        tables = ec2.describe_route_tables(Filters=[vpc_filter])["RouteTables"]
+        cached = None
     chosen = choose_subnets(subnets, tables, cluster_name, internal=config.internal)
     if not chosen:
         role = ROLE_INTERNAL_ELB if config.internal else ROLE_ELB
@@ -123,4 +146,10 @@ def resolve_subnets(
             f"{role}=1 and {cluster_tag_key(cluster_name)}=shared"
         )
     warning = missing_zones_message(subnets, chosen, zones_needed, cluster_name, config.internal)
+    if cached is None and creating:
+        with _discovered_lock:
+            if warning is None:
+                _discovered[vpc_id] = (time.monotonic(), subnets, tables)
+            else:
+                _discovered.pop(vpc_id, None)
     return SubnetChoice(chosen, warning, cidrs_of(subnets, chosen))

@@ -54,6 +54,7 @@ from ccm.contracts.cloud import CloudClients, InstanceMetadata, Instances, KubeO
 from ccm.contracts.messages import Delta
 from ccm.contracts.provider_id import instance_id_from_provider_id
 from ccm.k8s.kube import Kube
+from ccm.logs import log_fields
 from ccm.node import model as m
 from ccm.node.api import NodeApi, describe_error
 from ccm.node.events import InstanceStateChange, InvalidNodeMessage, SafetyPass, parse_node_message
@@ -203,7 +204,7 @@ class NodeRuntime(FifoBatchRuntime):
             raise
         finally:
             figures = add_call_metrics(metrics, self.clients.counter, "NodeRecordDuration", started)
-            logger.info("processed", extra=figures)
+            logger.info("processed", extra=log_fields(figures))
 
     # -- Node deltas --------------------------------------------------------------------------------------------
     def on_delta(self, delta: Delta, attempt: int = 1) -> NodeContext:

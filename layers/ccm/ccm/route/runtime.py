@@ -34,6 +34,7 @@ from ccm.call_metrics import add_call_metrics, add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, Routes
 from ccm.contracts.kube import RouteKubeApi
+from ccm.logs import log_fields
 from ccm.retry import failure_delay
 from ccm.route.plan import Network, parse_cluster_cidrs
 from ccm.route.reconciler import RouteOutcome, RouteReconciler
@@ -157,7 +158,7 @@ class RouteRuntime:
                 value=max(0.0, (time.time() - min(observed)) * 1000),
                 resolution=MetricResolution.High,
             )
-        logger.info("route reconcile done", extra=figures)  # with `triggers` (appended above): log only
+        logger.info("route reconcile done", extra=log_fields(figures))  # with `triggers` (appended above): log only
         if outcome.failed:
             return most_tried.record, failure_delay(most_tried.attempt)
         if outcome.deferred:

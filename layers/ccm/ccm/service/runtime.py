@@ -24,6 +24,7 @@ from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, LoadBalancer, PassFlags
 from ccm.contracts.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
+from ccm.logs import log_fields
 from ccm.retry import retry_for
 from ccm.senders import Senders, sender_refusal
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
@@ -126,7 +127,7 @@ class ServiceRuntime(FifoBatchRuntime):
             )
         logger.info(
             "reconciled",
-            extra={"action": outcome.action.value, "status_written": outcome.status_written, **figures},
+            extra=log_fields({"action": outcome.action.value, "status_written": outcome.status_written, **figures}),
         )
 
     @staticmethod
