@@ -206,6 +206,7 @@ def run(
         "floor_s": round(floor, 1),
         "floor_api": f"{floor_bucket} ({', '.join(floor_actions)})",
         "floor_calls_per_service": len(calls_one),
+        "floor_calls": calls_one,
         "floor_calls_source": calls_source,
         "p99_over_floor_s": round(p99_s - floor, 1) if p99_s is not None else None,
         "group_threads": group_threads(),
