@@ -62,10 +62,7 @@ def test_latency_and_cost_at_small_scale_write_figures_and_plots(aws_calls_resul
     # hostname times beside the floor AWS's buckets set, and the model of the same burst on real Lambda
     assert 0 < lat["hostname_s"]["p50"] <= lat["hostname_s"]["p99"] <= lat["hostname_all_s"] + 0.1
     assert lat["floor_s"] >= 0 and lat["floor_api"].startswith(("elbv2:", "ec2:", "none"))
-    assert (
-        lat["p99_over_floor_s"] == round(lat["hostname_s"]["p99"] - lat["floor_s"], 1)
-        or abs(lat["p99_over_floor_s"] - (lat["hostname_s"]["p99"] - lat["floor_s"])) < 0.2
-    )
+    assert abs(lat["p99_over_floor_s"] - (lat["hostname_s"]["p99"] - lat["floor_s"])) < 0.2  # rounding only
     model = lat["model"]
     assert model["hostname_all_s"] >= lat["floor_s"] and model["p50_s"] <= model["p99_s"]
     assert model["assumptions"]["latency_ms"]["elbv2:CreateLoadBalancer"] == [300, 800]
