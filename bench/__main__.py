@@ -52,7 +52,7 @@ def scenarios(scale: str = "full") -> dict[str, Callable[[dict[str, Any]], Any]]
         "aws_calls": lambda _: aws_calls.run(),
         "k8s_calls": lambda _: k8s_calls.run(nodes=int(os.environ.get("BENCH_NODES", "1000"))),
         "node_burst": lambda _: node_burst.run(),
-        "latency_ms": lambda _: latency.run(**size["latency_ms"]),
+        "latency_ms": lambda results: latency.run(**size["latency_ms"], results=results),
         "watcher": lambda _: watcher_load.run(**size["watcher"]),
         "cold_start": lambda _: packaging.measure(**size["cold_start"]),
         "cost": cost.run,

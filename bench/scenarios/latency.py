@@ -13,6 +13,10 @@ stream (runner.logs), what CloudWatch would ingest.
 
 AWS's API rate limits are on (devstack.aws_faithful token buckets with the documented ELB and EC2 figures): a burst
 of creations is throttled as it would be in a real account, and the throttled attempts are reported.
+
+Beside the measured hostname times: the floor (no controller can be faster than AWS's token buckets let one create
+per Service through; bench.lambda_model.floor_s) and the discrete-event model of the same burst on real Lambda
+(bench.lambda_model), fed with the calls this run's records made.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench import lambda_model
 from bench.anchors import CLOUD_PROVIDER_AWS
 from bench.emf import EmfCapture, percentile
 from ccm.aws.clients import INJECT_LATENCY_ENV
@@ -33,6 +39,14 @@ from devstack.stack import Stack, StackConfig
 
 CONVERGE_TIMEOUT_S = 900.0
 FUNCTION = "ServiceReconcilerFunction"  # template logical id
+# One NLB create (2 TCP ports, shared security group) as counted by aws_calls at this commit: used only when the run's
+# own log lines give no complete create (they normally do: the handler logs each record's calls).
+FALLBACK_CREATE_CALLS = {
+    "elbv2:DescribeLoadBalancers": 1, "elbv2:DescribeTargetGroups": 1, "elbv2:DescribeListeners": 1,
+    "ec2:DescribeSubnets": 1, "ec2:DescribeRouteTables": 1, "ec2:DescribeSecurityGroups": 1,
+    "elbv2:CreateLoadBalancer": 1, "elbv2:CreateTargetGroup": 2, "elbv2:CreateListener": 2,
+    "elbv2:RegisterTargets": 2, "dynamodb:PutItem": 1, "dynamodb:Query": 1,
+}  # fmt: skip
 
 
 def _service(name: str, security_group: str) -> dict[str, Any]:
@@ -73,7 +87,46 @@ def our_model_s(services: int, latency_ms: float, calls: float, concurrency: int
     return round(math.ceil(services / concurrency) * calls * latency_ms / 1000, 1)
 
 
-def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dict[str, Any]:
+def create_calls(log_records: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """One complete create's AWS calls in call order (reads, then writes; the log gives counts by operation): the
+    record with the most calls among those that wrote a status. (calls, where they came from)."""
+    writes = [r["calls"] for r in log_records if r.get("message") == "reconciled" and r.get("status_written")]
+    counts, source = (
+        (max(writes, key=lambda c: sum(c.values())), "this run's log")
+        if writes
+        else (FALLBACK_CREATE_CALLS, "bench/scenarios/latency.py FALLBACK_CREATE_CALLS")
+    )
+    calls = [op for op, n in counts.items() for _ in range(n)]
+    return sorted(calls, key=lambda c: not c.split(":", 1)[1].startswith(("Describe", "Get", "List"))), source
+
+
+def model(services: int, calls: list[str], concurrency: int, cold_start_ms: float | None) -> dict[str, Any]:
+    """bench.lambda_model on this burst: the same Services and calls on real Lambda, under stated assumptions."""
+    defaults = lambda_model.Assumptions()
+    assumptions = replace(defaults, cold_start_ms=cold_start_ms) if cold_start_ms else defaults
+    figures = lambda_model.simulate(
+        lambda_model.Burst(services=services, calls=calls, max_concurrency=concurrency, group_threads=group_threads()),
+        assumptions,
+    )
+    return {**figures, "assumptions": lambda_model.describe(assumptions)}
+
+
+def group_threads() -> int:
+    from ccm.batch import group_concurrency
+
+    return group_concurrency()
+
+
+def cold_path_ms(results: dict[str, Any] | None) -> float | None:
+    """The service function's measured cold path (bench cold_start), if that scenario ran."""
+    entry = ((results or {}).get("cold_start") or {}).get("services") or {}
+    value = entry.get("cold_path_ms") if isinstance(entry, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def run(
+    services: int = 200, latency_ms: int = 50, concurrency: int = 10, results: dict[str, Any] | None = None
+) -> dict[str, Any]:
     capture = EmfCapture()
     names = [f"lat-{i:04d}" for i in range(services)]
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as state:
@@ -121,12 +174,17 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
             throttled = dict(sorted(aws_faithful.throttled.items()))
             for line in runner.logs(FUNCTION)[first_line:]:
                 capture.write(line + "\n")
+            log_records = runner.log_records(FUNCTION)
     status_at: dict[str, float] = {}
     for entry in requests:
         parts = entry["path"].rstrip("/").split("/")
         if entry["method"] in ("PATCH", "PUT") and parts[-1] == "status" and entry["status"] < 300:
             status_at.setdefault(parts[-2], entry["time"])
     create_to_status = [(status_at[n] - created[n]) * 1000 for n in names if n in status_at]
+    hostname_s = sorted(v / 1000 for v in create_to_status)
+    calls_one, calls_source = create_calls(log_records)
+    floor, floor_bucket, floor_actions = lambda_model.floor_s(services, calls_one)
+    p99_s = percentile(hostname_s, 99) if hostname_s else None
     e2e = capture.values.get("EndToEndLatency", [])
     calls = capture.values.get("AwsCalls", [])
     durations = capture.values.get("ReconcileDuration", [])
@@ -142,6 +200,17 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
         "peak_concurrency": peak,
         "converge_s": round(converge_s, 1),
         "create_to_status_ms": _summary(create_to_status),
+        # Service created -> its status (the LB hostname) written, from the emulator's request log.
+        "hostname_all_s": round(max(status_at.values()) - started, 1) if status_at else None,
+        "hostname_s": {k: round(v / 1000, 2) for k, v in _summary(create_to_status).items()},
+        "floor_s": round(floor, 1),
+        "floor_api": f"{floor_bucket} ({', '.join(floor_actions)})",
+        "floor_calls_per_service": len(calls_one),
+        "floor_calls": calls_one,
+        "floor_calls_source": calls_source,
+        "p99_over_floor_s": round(p99_s - floor, 1) if p99_s is not None else None,
+        "group_threads": group_threads(),
+        "model": model(services, calls_one, concurrency, cold_path_ms(results)),
         "status_writes_seen": len(status_at),
         "invocations": len(invocations),
         "records": records,
@@ -162,5 +231,10 @@ def run(services: int = 200, latency_ms: int = 50, concurrency: int = 10) -> dic
         f"ms x {services}; our_model_s = ceil({services}/{concurrency}) x our max calls per create x {latency_ms} ms. "
         "Every Service names one shared security group (service.beta.kubernetes.io/aws-load-balancer-security-groups):"
         " with a managed group per LB the node group would need one rule per LB, over the default limit of 60. "
-        "AWS API rate limits on (token buckets with AWS's documented figures; throttled_requests counts the answers).",
+        "AWS API rate limits on (token buckets with AWS's documented figures; throttled_requests counts the answers). "
+        "hostname_* = Service created -> status written (emulator request log). floor_s = the least time any "
+        "controller needs at AWS's rates: per token bucket (devstack.aws_throttling), (services x the calls one "
+        "create draws from it - bucket size) / refill per s; floor_api names the largest. The ELB bucket of "
+        "CreateLoadBalancer / CreateTargetGroup / CreateListener is 20 / 5 per s by assumption (no published figure "
+        "found). model = bench.lambda_model on the same burst (its assumptions printed beside it).",
     }

@@ -4,8 +4,12 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from ccm.batch import share_across_threads
 from ccm.service.runtime import logger, metrics
 from ccm.wiring.services import runtime
+
+# The groups of a batch run in parallel threads (ccm.batch): per-record log keys per thread, metrics under a lock.
+share_across_threads(logger, metrics)
 
 
 @logger.inject_lambda_context(clear_state=True)

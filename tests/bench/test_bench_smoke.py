@@ -59,6 +59,13 @@ def test_latency_and_cost_at_small_scale_write_figures_and_plots(aws_calls_resul
     assert lat["rate_limits"] is True
     throttled = lat["throttled_requests"]
     assert isinstance(throttled, dict) and all(":" in k and isinstance(n, int) and n > 0 for k, n in throttled.items())
+    # hostname times beside the floor AWS's buckets set, and the model of the same burst on real Lambda
+    assert 0 < lat["hostname_s"]["p50"] <= lat["hostname_s"]["p99"] <= lat["hostname_all_s"] + 0.1
+    assert lat["floor_s"] >= 0 and lat["floor_api"].startswith(("elbv2:", "ec2:", "none"))
+    assert abs(lat["p99_over_floor_s"] - (lat["hostname_s"]["p99"] - lat["floor_s"])) < 0.2  # rounding only
+    model = lat["model"]
+    assert model["hostname_all_s"] >= lat["floor_s"] and model["p50_s"] <= model["p99_s"]
+    assert model["assumptions"]["latency_ms"]["elbv2:CreateLoadBalancer"] == [300, 800]
 
     cost = results["cost"]
     assert cost["usd_per_month"] == round(sum(cost["breakdown_usd_per_month"].values()), 2) > 0

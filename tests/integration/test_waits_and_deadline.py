@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from ccm import deadline
+from ccm import batch, deadline
 from ccm.contracts.messages import delta_for
 from ccm.service import runtime as service_runtime
 from devstack.k8s_emulator import Emulator
@@ -144,8 +144,9 @@ class CountdownCtx(Ctx):
 
 
 def test_the_batch_stops_starting_records_when_its_time_runs_out(
-    stack: dict[str, Any], world: World, emulator: Emulator
+    stack: dict[str, Any], world: World, emulator: Emulator, monkeypatch: pytest.MonkeyPatch
 ):
+    monkeypatch.setenv(batch.GROUP_CONCURRENCY_ENV, "1")  # the groups one after the other: "a" first
     core = stack["core"]
     services = [create_service(core, name) for name in ("a", "b", "c")]
     event = {"Records": []}

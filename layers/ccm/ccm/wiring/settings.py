@@ -1,9 +1,10 @@
 """The one reading of the environment (per execution environment): every function's settings as one value.
 
 Left outside on purpose (process-level, each says why where it reads): the Powertools logger/metrics names (needed
-by the handler decorators at import; Powertools reads its own variables anyway) and the test/bench-only hooks
-(CCM_RETRY_DELAY_SCALE in ccm.retry, CCM_RECORD_RESERVE_SECONDS in ccm.deadline, CCM_FAULTS_FILE in ccm.aws.faults,
-CCM_AWS_INJECT_LATENCY_MS in ccm.aws.clients): no deployment sets them, and tests change them while a runtime lives.
+by the handler decorators at import; Powertools reads its own variables anyway), CCM_GROUP_CONCURRENCY in ccm.batch
+(read per batch, as tests change it) and the test/bench-only hooks (CCM_RETRY_DELAY_SCALE in ccm.retry,
+CCM_RECORD_RESERVE_SECONDS in ccm.deadline, CCM_FAULTS_FILE in ccm.aws.faults, CCM_AWS_INJECT_LATENCY_MS in
+ccm.aws.clients): no deployment sets them, and tests change them while a runtime lives.
 """
 
 from __future__ import annotations

@@ -1,0 +1,254 @@
+"""A discrete-event model of the burst on real Lambda: what the devstack cannot show (its moto, emulator and handler
+processes share two cores here; Lambda gives each execution environment its own CPU and AWS answers in its own time).
+
+Modelled, per Service (one FIFO message group, one message): the watcher's send -> the SQS FIFO event source hands
+batches of up to BatchSize messages of distinct groups to at most MaximumConcurrency invocations, scaling up over
+time -> a new execution environment pays a cold start -> the invocation runs its groups on min(groups,
+group_threads) threads (ccm.batch) -> each record makes its measured AWS calls one after the other, each drawing a
+token from AWS's bucket for its action class (the devstack's figures, devstack.aws_throttling) and taking an assumed
+latency; a throttled attempt is retried after botocore's jittered backoff (standard mode, ccm.aws.clients attempts);
+after the last attempt the record fails and comes back after ccm.retry's failure delay (5 s doubling), then makes its
+reads again and the calls it had not made (a reconcile is idempotent: it finds what it created) -> the status
+write ends it: that instant is its hostname time.
+
+Everything not measured is an assumption, listed in `Assumptions` and printed with the output. Deterministic: the
+jitter comes from random.Random(seed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bench.emf import percentile
+from devstack import aws_throttling
+
+# Assumed real AWS answer times (ms, uniform between low and high), by action; the first matching prefix wins.
+# Not measured: the moto answers here say nothing about AWS's. CreateLoadBalancer answers once the LB is recorded
+# (it provisions afterwards); the hostname is known from that answer.
+ASSUMED_LATENCY_MS: dict[str, tuple[float, float]] = {
+    "elbv2:CreateLoadBalancer": (300, 800),
+    "elbv2:CreateTargetGroup": (100, 300),
+    "elbv2:CreateListener": (100, 300),
+    "elbv2:RegisterTargets": (100, 300),
+    "elbv2:Describe": (50, 150),
+    "elbv2:": (100, 300),
+    "ec2:Describe": (50, 200),
+    "ec2:": (100, 300),
+    "dynamodb:": (5, 20),
+    "k8s:": (20, 60),
+    "": (50, 150),
+}
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    latency_ms: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(ASSUMED_LATENCY_MS))
+    # Kubernetes requests per reconcile (read the Service, finalizer, status patch), ASSUMED_LATENCY_MS["k8s:"] each.
+    k8s_calls: int = 3
+    cold_start_ms: float = 800.0  # bench cold_start cold_path_ms when given (docs/performance.md: 750-805 ms here)
+    lambda_init_overhead_ms: float = 150.0  # assumed: environment creation before the handler's import
+    watcher_send_ms: float = 20.0  # assumed: one SendMessageBatch of up to 10 deltas, back to back
+    esm_pickup_ms: float = 50.0  # assumed: a long-polling poller's receive after the message is visible
+    # The ESM for SQS starts with 5 concurrent pollers and adds up to 300 per minute (Lambda developer guide, "scaling
+    # behaviour" for standard queues); assumed the same for FIFO, where concurrency is also capped by the active
+    # message groups and MaximumConcurrency.
+    esm_initial: int = 5
+    esm_scale_per_min: float = 300.0
+    retry_attempts: int = 4  # ccm.aws.clients.MAX_ATTEMPTS (botocore standard mode)
+    retry_base_s: float = 1.0  # botocore standard mode: sleep random() * base * 2**(attempt-1)
+    failure_delay_s: float = 5.0  # ccm.retry.FAILURE_BASE_SECONDS, doubling per receive
+    failure_cap_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Burst:
+    services: int
+    calls: Sequence[str]  # one record's AWS calls in order, "api:Action" (what the bench counted)
+    batch_size: int = 10
+    max_concurrency: int = 10
+    group_threads: int = 8
+    rate_scale: float = 1.0  # x AWS's refill rates; math.inf: no throttling
+    latency_scale: float = 1.0  # x the assumed latencies; 0: instant calls
+    seed: int = 1
+
+
+class _Buckets:
+    """AWS's token buckets with the devstack's sizes and rates (devstack.aws_throttling), refilled continuously."""
+
+    def __init__(self, rate_scale: float) -> None:
+        self.rate_scale = rate_scale
+        self.state: dict[str, list[float]] = {}  # bucket -> [tokens, last refill]
+        self.throttled: dict[str, int] = {}
+
+    def take(self, call: str, now: float) -> bool:
+        bucket = bucket_of(call)
+        if bucket is None or math.isinf(self.rate_scale):
+            return True
+        size, rate = bucket[1]
+        tokens = self.state.setdefault(bucket[0], [size, now])
+        tokens[0] = min(size, tokens[0] + (now - tokens[1]) * rate * self.rate_scale)
+        tokens[1] = now
+        if tokens[0] < 1:
+            self.throttled[call] = self.throttled.get(call, 0) + 1
+            return False
+        tokens[0] -= 1
+        return True
+
+
+def bucket_of(call: str) -> tuple[str, tuple[float, float]] | None:
+    """(bucket name, (size, refill per s)) an "api:Action" draws from, as the devstack's moto throttles it (EC2
+    describes counted as filtered: ours always are); None: not throttled."""
+    api, action = call.split(":", 1)
+    klass = aws_throttling.action_class(api, action)
+    if klass is None:
+        return None
+    category = klass.split(":")[0]
+    if category == "own":
+        return f"{api}:{klass}", aws_throttling.EC2_OWN_BUCKETS[action]
+    table = aws_throttling.EC2_BUCKETS if api == "ec2" else aws_throttling.ELB_BUCKETS
+    return f"{api}:{klass}", table[category]
+
+
+def floor_s(services: int, calls: Sequence[str]) -> tuple[float, str, list[str]]:
+    """The least time any controller needs for the burst's calls at AWS's rates: per bucket, (demand - size) / refill;
+    the largest wins. (seconds, binding bucket, the actions drawing from it)."""
+    demand: dict[str, tuple[int, tuple[float, float], set[str]]] = {}
+    for call in calls:
+        bucket = bucket_of(call)
+        if bucket is not None:
+            count, _, actions = demand.get(bucket[0], (0, bucket[1], set()))
+            demand[bucket[0]] = (count + services, bucket[1], actions | {call})
+    best: tuple[float, str, list[str]] = (0.0, "none", [])
+    for name, (count, (size, rate), actions) in demand.items():
+        seconds = max(0.0, (count - size) / rate)
+        if seconds > best[0]:
+            best = (seconds, name, sorted(actions))
+    return best
+
+
+def _is_read(call: str) -> bool:
+    return call.split(":", 1)[1].startswith(("Describe", "Get", "Query", "List", "request"))
+
+
+def _latency_s(call: str, table: Mapping[str, tuple[float, float]], scale: float, rng: random.Random) -> float:
+    low, high = next(v for k, v in table.items() if call.startswith(k))
+    return scale * rng.uniform(low, high) / 1000
+
+
+def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, Any]:
+    """Run the burst; times in seconds from the first Service's creation."""
+    a = assumptions or Assumptions()
+    rng = random.Random(burst.seed)
+    buckets = _Buckets(burst.rate_scale)
+    full = [*burst.calls, *["k8s:request"] * a.k8s_calls]
+    events: list[tuple[float, int, Callable[[float], None]]] = []
+    order = itertools.count()
+
+    def at(t: float, fn: Callable[[float], None]) -> None:
+        heapq.heappush(events, (t, next(order), fn))
+
+    visible: list[tuple[float, int]] = []  # (visible at, service)
+    receives = [0] * burst.services
+    done: dict[int, float] = {}
+    pollers_busy, warm_envs, cold_starts = [0], [0], [0]
+
+    def concurrency(now: float) -> int:
+        ramp = a.esm_initial + a.esm_scale_per_min * now / 60
+        return max(1, min(burst.max_concurrency, int(ramp)))
+
+    def poll(now: float) -> None:
+        while pollers_busy[0] < concurrency(now):
+            ready = sorted(m for m in visible if m[0] <= now)[: burst.batch_size]
+            if not ready:
+                later = [m[0] for m in visible if m[0] > now]
+                if later:
+                    at(min(later), poll)
+                return
+            for m in ready:
+                visible.remove(m)
+            pollers_busy[0] += 1
+            start = now + a.esm_pickup_ms / 1000
+            if warm_envs[0] > 0:
+                warm_envs[0] -= 1
+            else:
+                cold_starts[0] += 1
+                start += (a.cold_start_ms + a.lambda_init_overhead_ms) / 1000
+            invoke(start, [s for _, s in ready])
+
+    def tick(now: float) -> None:  # the scale-up adds pollers over time: look again every second
+        poll(now)
+        if len(done) < burst.services:
+            at(now + 1.0, tick)
+
+    def invoke(start: float, services: list[int]) -> None:
+        pending = list(services)
+        running = [0]
+
+        def next_group(t: float) -> None:
+            if not pending:
+                running[0] -= 1
+                if running[0] == 0:  # invocation over: the environment is warm, its poller free
+                    warm_envs[0] += 1
+                    pollers_busy[0] -= 1
+                    at(t, poll)
+                return
+            run_record(t, pending.pop(0), next_group)
+
+        for _ in range(min(len(services), burst.group_threads)):
+            running[0] += 1
+            at(start, next_group)
+
+    todo: dict[int, list[str]] = {}  # a retried record: its reads again, then the calls it had not made
+
+    def run_record(t: float, service: int, then: Callable[[float], None]) -> None:
+        receives[service] += 1
+        calls = todo.pop(service, full)
+
+        def call(i: int, attempt: int, now: float) -> None:
+            if i == len(calls):
+                done[service] = now
+                then(now)
+                return
+            took = _latency_s(calls[i], a.latency_ms, burst.latency_scale, rng)
+            if buckets.take(calls[i], now):
+                at(now + took, lambda t2: call(i + 1, 1, t2))
+            elif attempt < a.retry_attempts:
+                sleep = rng.random() * a.retry_base_s * 2 ** (attempt - 1)
+                at(now + took + sleep, lambda t2: call(i, attempt + 1, t2))
+            else:  # the record fails: back on the queue after the failure delay; the thread goes on
+                todo[service] = [c for c in calls[:i] if _is_read(c)] + list(calls[i:])
+                delay = min(a.failure_cap_s, a.failure_delay_s * 2 ** (receives[service] - 1))
+                visible.append((now + took + delay, service))
+                then(now + took)
+
+        call(0, 1, t)
+
+    send = a.watcher_send_ms / 1000
+    for i in range(burst.services):
+        visible.append((send * (1 + i // 10), i))
+    at(0.0, tick)
+    while events and len(done) < burst.services:
+        t, _, fn = heapq.heappop(events)
+        fn(t)
+    times = sorted(done.values())
+    return {
+        "hostname_all_s": round(times[-1], 2) if times else None,
+        **{f"p{q}_s": round(percentile(times, q), 2) if times else None for q in (50, 90, 99)},
+        "cold_starts": cold_starts[0],
+        "throttled_attempts": dict(sorted(buckets.throttled.items())),
+        "records_failed_and_retried": sum(r - 1 for r in receives),
+    }
+
+
+def describe(assumptions: Assumptions) -> dict[str, Any]:
+    """The assumptions as JSON-ready values, to print beside the model's figures."""
+    values = asdict(assumptions)
+    values["latency_ms"] = {k or "other": list(v) for k, v in assumptions.latency_ms.items()}
+    values["aws_buckets"] = "devstack.aws_throttling (ELB and EC2 documented figures; other ELB actions 20 / 5 assumed)"
+    return values

@@ -1,0 +1,52 @@
+"""bench.lambda_model: deterministic, converges at once with no limits and no latency, and never beats the floor
+its binding token bucket sets."""
+
+from __future__ import annotations
+
+import math
+
+from bench import lambda_model
+from bench.lambda_model import Assumptions, Burst, floor_s, simulate
+
+NLB_CREATE = [
+    "elbv2:DescribeLoadBalancers", "elbv2:DescribeTargetGroups", "elbv2:DescribeListeners", "ec2:DescribeSubnets",
+    "elbv2:CreateLoadBalancer", "elbv2:CreateTargetGroup", "elbv2:CreateTargetGroup", "elbv2:CreateListener",
+    "elbv2:CreateListener", "elbv2:RegisterTargets", "elbv2:RegisterTargets", "dynamodb:PutItem",
+]  # fmt: skip
+INSTANT = Assumptions(
+    k8s_calls=0, cold_start_ms=0, lambda_init_overhead_ms=0, watcher_send_ms=0, esm_pickup_ms=0, esm_initial=1000
+)
+
+
+def test_no_limits_and_no_latency_converge_at_once():
+    result = simulate(Burst(200, NLB_CREATE, rate_scale=math.inf, latency_scale=0), INSTANT)
+    assert result["hostname_all_s"] == result["p99_s"] == 0
+    assert result["throttled_attempts"] == {} and result["records_failed_and_retried"] == 0
+
+
+def test_the_floor_is_the_binding_bucket():
+    seconds, bucket, actions = floor_s(200, NLB_CREATE)
+    # 5 calls per create in ELB's 20-token bucket refilled at 5 per s (devstack.aws_throttling)
+    assert bucket == "elbv2:other" and seconds == (200 * 5 - 20) / 5
+    assert actions == ["elbv2:CreateListener", "elbv2:CreateLoadBalancer", "elbv2:CreateTargetGroup"]
+    assert floor_s(3, NLB_CREATE)[0] == 0  # a small burst fits in the buckets
+
+
+def test_one_binding_bucket_is_never_beaten_even_with_instant_calls():
+    for concurrency, threads in ((10, 8), (2, 1), (50, 10)):
+        result = simulate(Burst(200, NLB_CREATE, max_concurrency=concurrency, group_threads=threads), INSTANT)
+        assert result["hostname_all_s"] >= floor_s(200, NLB_CREATE)[0], (concurrency, threads)
+
+
+def test_latency_bounds_a_serial_controller():
+    """One invocation, one thread, no limits: the records run one after the other, each its calls' latencies."""
+    fixed = Assumptions(**{**INSTANT.__dict__, "latency_ms": {"": (100.0, 100.0)}})
+    result = simulate(Burst(10, NLB_CREATE, max_concurrency=1, group_threads=1, rate_scale=math.inf), fixed)
+    assert math.isclose(result["hostname_all_s"], 10 * len(NLB_CREATE) * 0.1, abs_tol=0.01)
+
+
+def test_deterministic_with_a_seed_and_assumptions_printable():
+    one, two = (simulate(Burst(50, NLB_CREATE, seed=7)) for _ in range(2))
+    assert one == two
+    printed = lambda_model.describe(Assumptions())
+    assert printed["latency_ms"]["elbv2:CreateLoadBalancer"] == [300, 800] and "aws_buckets" in printed
