@@ -10,6 +10,7 @@ instances; `World.node_objects()` gives the matching Kubernetes Node objects.
 from __future__ import annotations
 
 import logging
+import threading
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ def start_moto_server(port: int = 0, faithful: FaithfulSettings | None = None) -
     faithful_moto_route_state()
     faithful_moto_nlb_listeners()
     aws_faithful.install(faithful)
+    serialize_moto_backends()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
@@ -51,6 +53,31 @@ def start_moto_server(port: int = 0, faithful: FaithfulSettings | None = None) -
     # stack in the same process (the next test module) would see the previous one's instances and tables.
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
     return server, endpoint
+
+
+_moto_backends_lock = threading.RLock()
+
+
+def serialize_moto_backends() -> None:
+    """One request at a time per process into moto's backends, except SQS. Its backends are plain dicts, not
+    thread-safe: concurrent ELB requests (the parallel records of one batch) made it answer HTTP 500 ("OrderedDict
+    mutated during iteration"), which AWS never does for that. SQS is left out because a long poll waits inside
+    its request (its own fixes: harden_moto_sqs). Throttling and injected latency are unaffected: the first answers
+    before the backend is touched, the second is slept on the client side. Idempotent."""
+    from moto.core.responses import BaseResponse
+
+    if getattr(BaseResponse, "_ccm_serialized", False):
+        return
+    call_action = BaseResponse.call_action
+
+    def serialized_call_action(self: Any) -> Any:
+        if (getattr(self, "service_name", None) or "") == "sqs":
+            return call_action(self)
+        with _moto_backends_lock:
+            return call_action(self)
+
+    BaseResponse.call_action = serialized_call_action  # type: ignore[method-assign]
+    BaseResponse._ccm_serialized = True  # type: ignore[attr-defined]
 
 
 def faithful_moto_nlb_listeners() -> None:

@@ -237,3 +237,24 @@ def test_a_classic_elb_noop_costs_one_read_and_a_host_update_one_call(world: Wor
     _, calls = env.calls(env.lbs.update_load_balancer, CLUSTER, svc, world.nodes()[:1], FIRST)
     assert calls == {"elb:DeregisterInstancesFromLoadBalancer": 1}
     assert CallCounter.mutating(calls) == 1
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_the_hostname_is_published_right_after_create_load_balancer(world: World, lb_type: str):
+    env = Env(world, lb_type)
+    seen: list[tuple[str, dict[str, int]]] = []
+
+    def publish(status: Any) -> None:
+        seen.append((status.ingress[0].hostname, dict(world.clients.counter.thread_calls())))
+
+    world.clients.counter.reset_thread()
+    svc = service(ports=[(80, 30080), (443, 30443)])
+    final = env.lbs.ensure_load_balancer(CLUSTER, svc, world.nodes(), PassFlags(), publish)
+    ((hostname, calls_then),) = seen
+    assert hostname == final.ingress[0].hostname
+    create = "elbv2:CreateLoadBalancer" if lb_type == "nlb" else "elb:CreateLoadBalancer"
+    assert calls_then[create] == 1
+    # Nothing of the rest was made yet: the clients see the address while listeners and targets follow.
+    assert not {op for op in calls_then if "Listener" in op or "Register" in op or "HealthCheck" in op}
+    assert env.lbs.ensure_load_balancer(CLUSTER, svc, world.nodes(), PassFlags(), publish) == final
+    assert len(seen) == 1  # an existing LB publishes nothing early

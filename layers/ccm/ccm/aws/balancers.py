@@ -38,6 +38,7 @@ from ccm.contracts.cloud import (
     LoadBalancerDriver,
     LoadBalancerStatus,
     PassFlags,
+    Publish,
     RetryError,
 )
 
@@ -87,11 +88,16 @@ class LoadBalancers:
             return None, False
 
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self,
+        cluster_name: str,
+        service: KubeObject,
+        nodes: Sequence[KubeObject],
+        flags: PassFlags = ROUTINE,
+        publish: Publish | None = None,
     ) -> LoadBalancerStatus:
         chosen = self.lb_type(service)
         try:
-            status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags)
+            status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags, publish)
         except ClientError as err:
             # Only an answer the Service author alone can cure is "invalid" (no retry); see ccm.aws.refusals.
             refusal = as_refusal(err)

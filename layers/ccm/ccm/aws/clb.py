@@ -45,6 +45,7 @@ from ccm.contracts.cloud import (
     LoadBalancerStatus,
     LoadBalancerWarning,
     PassFlags,
+    Publish,
     RetryError,
 )
 
@@ -82,7 +83,12 @@ class ClassicLoadBalancers:
         return (None, False) if lb is None else (_status(lb["DNSName"]), True)
 
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self,
+        cluster_name: str,
+        service: KubeObject,
+        nodes: Sequence[KubeObject],
+        flags: PassFlags = ROUTINE,
+        publish: Publish | None = None,
     ) -> LoadBalancerStatus:
         config = self._config(service)  # before any AWS call: invalid input changes nothing
         notices = annotation_notices(config, p.annotations_of(service))  # on what the Service asks for
@@ -112,6 +118,8 @@ class ClassicLoadBalancers:
             desired = replace(desired, security_groups=tuple(groups))
         if lb is None:
             observed = m.observed_after_create(desired, self._create_lb(desired))
+            if publish is not None:
+                publish(_status(observed.dns_name))
         else:
             attributes = None  # not read: attributes are left as they are
             if flags.check_attributes:

@@ -48,6 +48,7 @@ from ccm.contracts.cloud import (
     LoadBalancerStatus,
     LoadBalancerWarning,
     PassFlags,
+    Publish,
     RetryError,
 )
 
@@ -75,7 +76,12 @@ class NetworkLoadBalancers:
         return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),)), True
 
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self,
+        cluster_name: str,
+        service: KubeObject,
+        nodes: Sequence[KubeObject],
+        flags: PassFlags = ROUTINE,
+        publish: Publish | None = None,
     ) -> LoadBalancerStatus:
         if not p.belongs_to_us(service, self.our_class):
             raise ImplementedElsewhere()
@@ -111,6 +117,8 @@ class NetworkLoadBalancers:
         warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
             lb = self._create_lb(desired, placement, group_ids)
+            if publish is not None:
+                publish(LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),)))
             observed = self._observe(lb, uid, flags, desired, created)
         assert observed is not None
         operations = m.plan(desired, observed)

@@ -17,7 +17,7 @@ and the per-record call counts), built by the composition roots (ccm.wiring) as 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -140,6 +140,10 @@ class LoadBalancerStatus:
         return {"ingress": [i.to_api() for i in self.ingress]} if self.ingress else {}
 
 
+# Writes a status early (the hostname right after CreateLoadBalancer: clients wait on it, not on the listeners).
+Publish = Callable[[LoadBalancerStatus], None]
+
+
 class ImplementedElsewhere(Exception):
     """The service belongs to another controller (e.g. the AWS Load Balancer Controller)."""
 
@@ -165,9 +169,15 @@ class LoadBalancer(Protocol):
     def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str: ...
 
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self,
+        cluster_name: str,
+        service: KubeObject,
+        nodes: Sequence[KubeObject],
+        flags: PassFlags = ROUTINE,
+        publish: Publish | None = None,
     ) -> LoadBalancerStatus:
-        """Create or converge the LB; raises ImplementedElsewhere, RetryError or InvalidServiceConfig."""
+        """Create or converge the LB; raises ImplementedElsewhere, RetryError or InvalidServiceConfig. `publish`
+        is called with the status as soon as a new LB has its DNS name, before the rest of it is made."""
 
     def update_load_balancer(
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
@@ -197,7 +207,12 @@ class LoadBalancerDriver(Protocol):
     def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]: ...
     def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str: ...
     def ensure_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self,
+        cluster_name: str,
+        service: KubeObject,
+        nodes: Sequence[KubeObject],
+        flags: PassFlags = ROUTINE,
+        publish: Publish | None = None,
     ) -> LoadBalancerStatus: ...
     def update_load_balancer(
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE

@@ -17,6 +17,7 @@ from ccm.contracts.cloud import (
     InvalidServiceConfig,
     KubeObject,
     LoadBalancer,
+    LoadBalancerStatus,
     OwnershipReader,
     PassFlags,
     RetryError,
@@ -156,8 +157,15 @@ class ServiceReconciler:
             self._event(
                 svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
             )
+        published: list[list[dict[str, Any]]] = []
+
+        def publish(early: LoadBalancerStatus) -> None:
+            # The hostname as soon as AWS gives it; the listeners and targets follow in this same pass.
+            published.append(early.to_api().get("ingress", []))
+            self._write_status(svc, published[-1], outcome)
+
         try:
-            status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes, flags)
+            status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes, flags, publish)
         except ImplementedElsewhere:
             return
         if status is None:
@@ -169,7 +177,9 @@ class ServiceReconciler:
                 self._event(svc, outcome, "Warning", notice.reason, notice.message)
         if not quiet:
             self._event(svc, outcome, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
-        self._write_status(svc, status.to_api().get("ingress", []), outcome)
+        final = status.to_api().get("ingress", [])
+        if not (published and ingress_equal(published[-1], final)):
+            self._write_status(svc, final, outcome)
         if not registered and outcome.status_written:
             # Only when the Service changed: a no-op resync writes nothing anywhere.
             self.members.register(svc)
