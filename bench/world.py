@@ -92,14 +92,21 @@ class BenchWorld:
 
     # -- Kubernetes -------------------------------------------------------------------------------------------
     def create_service(
-        self, name: str, ports: list[int], namespace: str = "default", annotations: dict[str, str] | None = None
+        self,
+        name: str,
+        ports: list[int],
+        namespace: str = "default",
+        annotations: dict[str, str] | None = None,
+        load_balancer_class: str | None = None,
     ) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
             "spec": {"type": "LoadBalancer", "ports": [{"name": f"p{p}", "port": p} for p in ports]},
         }
+        if load_balancer_class:
+            body["spec"]["loadBalancerClass"] = load_balancer_class
         created: dict[str, Any] = self.emulator.create(body)
         return created
 

@@ -8,9 +8,15 @@ from typing import Any
 
 from bench.anchors import CLOUD_PROVIDER_AWS
 from bench.world import BenchWorld
+from ccm.aws.applied import FULL_READ_SECONDS
 from ccm.aws.clients import CallCounter
+from ccm.config import DEFAULT_LOAD_BALANCER_CLASS
 from ccm.contracts.messages import parse_delta
 from devstack.aws_faithful import FaithfulSettings
+
+OUR_CLASS = DEFAULT_LOAD_BALANCER_CLASS  # the template's default loadBalancerClass
+RESYNC_SECONDS = 600  # the watcher's default --resync-seconds
+FULL_READ_EVERY = round(FULL_READ_SECONDS / RESYNC_SECONDS)  # resyncs per full read (ccm.aws.applied)
 
 
 def _lb(calls: dict[str, int]) -> int:
@@ -48,11 +54,18 @@ def measure(lb_type: str) -> dict[str, Any]:
         return calls
 
     try:
+        # A warm execution environment: what is paid once per environment (subnet and node-group discovery, the
+        # shared security groups) is paid by an earlier Service, and reported apart.
+        first = timed("create_cold_environment", bench.delta("Service", "ADDED", bench.create_service("warm", [80])))
+        ours = bench.create_service("ours", [80, 443], load_balancer_class=OUR_CLASS)
+        create_ours = timed("create_our_class", bench.delta("Service", "ADDED", ours))
         svc = bench.create_service("calls", [80, 443])
         create = timed("create", bench.delta("Service", "ADDED", svc))
         svc = bench.service("calls")
         noop = timed("noop", bench.delta("Service", "SYNC", svc))  # the periodic drift-repair resync
         duplicate = bench.reconcile(bench.delta("Service", "MODIFIED", svc))  # a duplicate delivery
+        # The full read-and-repair a resync runs once its checkpoint is due (and every retry runs).
+        full_read = bench.reconcile(bench.delta("Service", "SYNC", svc), receive_count=2)
 
         node = bench.add_node()
         now = time.time() - 60  # a bucket already over: the HOSTS message is processed at once
@@ -68,17 +81,27 @@ def measure(lb_type: str) -> dict[str, Any]:
         passes = bench.reconcile_until_done(bench.delta("Service", "MODIFIED", bench.service("calls")), wait=wait)
         took["delete"] = round((time.monotonic() - started - wait * (len(passes) - 1)) * 1000, 1)  # work, not waits
         delete = dict(sum((Counter(p) for p in passes), Counter()))
+        # The DELETED event of our own delete comes back once the finalizer is gone.
+        gone = bench.delta("Service", "DELETED", svc)
+        echo = bench.reconcile(gone)
     finally:
         bench.close()
     return {
         "create": _lb(create),
+        "create_our_class": _lb(create_ours),
+        "create_cold_environment": _lb(first),
         "noop": _lb(noop),
         "add_node": _lb(add_node),
         "delete": _lb(delete),
+        "delete_echo": _lb(echo),
         "delete_passes": len(passes),  # AWS holds the group until the deleted LB's network interfaces let go
         "delete_retry_pass": _lb(passes[-1]) if len(passes) > 1 else 0,  # each retry while AWS holds the group
         "mutating_noop": CallCounter.mutating(noop),
         "noop_duplicate_delivery": _lb(duplicate),
+        "noop_full_read": _lb(full_read),
+        "full_read_every": FULL_READ_EVERY,
+        # A resync's average: one read, and once in FULL_READ_EVERY resyncs the full read instead.
+        "noop_average": round(1 + (_lb(full_read) - 1) / FULL_READ_EVERY, 2),
         "dynamodb": {
             "create": _ddb(create),
             "noop": _ddb(noop),
@@ -90,8 +113,12 @@ def measure(lb_type: str) -> dict[str, Any]:
         "duration_ms": took,
         "detail": {
             "create": _summary(create),
+            "create_our_class": _summary(create_ours),
+            "create_cold_environment": _summary(first),
+            "delete_echo": _summary(echo),
             "noop": _summary(noop),
             "noop_duplicate_delivery": _summary(duplicate),
+            "noop_full_read": _summary(full_read),
             "add_node": _summary(add_node),
             "add_node_nodes_lambda": _summary(node_side),
             "delete": _summary(delete),
