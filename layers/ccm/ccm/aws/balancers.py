@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from botocore.exceptions import ClientError
 
 from ccm.aws import names
+from ccm.aws.errors import error_code
 from ccm.aws.lbconfig import LbType, parse_load_balancer_config
 from ccm.aws.refusals import as_refusal
 from ccm.aws.security_groups import SecurityGroups
@@ -74,6 +75,8 @@ class LoadBalancers:
         try:
             status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags)
         except ClientError as err:
+            if self.security_groups is not None and error_code(err) in ("InvalidSecurityGroup", "InvalidGroup.NotFound"):
+                self.security_groups.forget_node_groups()  # a cached shared group is gone: found or made again
             # Only an answer the Service author alone can cure is "invalid" (no retry); see ccm.aws.refusals.
             refusal = as_refusal(err)
             if refusal is None:
