@@ -8,9 +8,9 @@ no Describe call without a filter or ids."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest

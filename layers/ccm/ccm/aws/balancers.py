@@ -33,6 +33,8 @@ from ccm.contracts.cloud import (
     RetryError,
 )
 
+_GROUP_GONE = ("InvalidSecurityGroup", "InvalidGroup.NotFound")
+
 
 class LoadBalancers:
     def __init__(
@@ -75,7 +77,7 @@ class LoadBalancers:
         try:
             status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags)
         except ClientError as err:
-            if self.security_groups is not None and error_code(err) in ("InvalidSecurityGroup", "InvalidGroup.NotFound"):
+            if self.security_groups is not None and error_code(err) in _GROUP_GONE:
                 self.security_groups.forget_node_groups()  # a cached shared group is gone: found or made again
             # Only an answer the Service author alone can cure is "invalid" (no retry); see ccm.aws.refusals.
             refusal = as_refusal(err)
