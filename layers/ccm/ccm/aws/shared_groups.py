@@ -16,10 +16,12 @@ Both are created on first need with their tags in TagSpecifications (`kubernetes
 groups' TTL: a warm reconcile spends no call on them. A found frontend group has its rules converged (a creator
 may have crashed before authorizing them). InvalidGroup.NotFound anywhere forgets the cache (`forget`).
 
-Lifecycle: cluster infrastructure, not any Service's. They carry no Service UID tag, so neither the services
-function nor the per-Service sweeper path may delete them (IAM: DeleteOwnSecurityGroups needs the UID tag). The
-sweeper deletes them (`ccm.sweeper`) once no load balancer of the cluster carries them and no Service wants one,
-continuously for its grace period; the next LoadBalancer Service creates them again.
+Lifecycle: cluster infrastructure, not any Service's: they live as long as the stack. They carry no Service UID
+tag, so no function can delete them (IAM DeleteOwnSecurityGroups / DeleteOwnedSecurityGroups need it; the sweeper's
+inventory skips what names no Service), and nothing deletes them behind a warm Lambda that has their ids cached.
+An idle cluster keeps them (two groups, no cost, within the VPC's groups quota). The documented uninstall
+(docs/deploy.md, "Removing it") revokes the backend rule and deletes both; they are named and tagged so that
+nothing is left unexplained.
 """
 
 from __future__ import annotations
