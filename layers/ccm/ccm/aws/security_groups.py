@@ -9,11 +9,14 @@ API (used by both drivers; the pure part is in `security_groups_model`):
   CLB; IPv6 ranges only on a dualstack NLB); empty with bring-your-own groups.
 - `plan_rules(current, desired) -> (to_authorize, to_revoke)` — pure.
 - `SecurityGroups(clients, vpc_id, cluster_name)`:
-  - `ensure_lb_group(lb_name, service, config, lb_type, extra_tags) -> list[str]` — the group ids for the LB, the
-    one to reference from the nodes first: the `security-groups` annotation's groups (used as they are, never
-    modified) or our managed group `k8s-elb-<lb_name>`, then the `extra-security-groups`.
-  - `ensure_node_access(lb_group_ids, lb_name, service_uid)` — one rule per LB on the node group(s), from
-    `lb_group_ids[0]` (pass what ensure_lb_group returned; call it once the LB exists).
+  - `ensure_lb_group(lb_name, service, config, lb_type, extra_tags) -> list[str]` — the group ids for the LB: the
+    `security-groups` annotation's groups (used as they are, never modified), or [the shared default frontend
+    (default source ranges) or our per-LB group `k8s-elb-<lb_name>` (source ranges), the shared backend group]
+    (`ccm.aws.shared_groups`); then the `extra-security-groups`.
+  - `ensure_node_access(lb_group_ids, lb_name, service_uid)` — with the backend group: its ONE rule on the node
+    group(s), for all LBs (cached: no call warm); with bring-your-own groups: one rule from `lb_group_ids[0]`.
+  - `retire_replaced(lb_name, uid, attached, group_ids, thorough)` — migration of an LB of the previous design:
+    its own node rule and (unless still its frontend) its group go once it carries `group_ids`.
   - `revoke_node_access(lb_name, lb_group_id)` — retire the node rules of that LB.
   - `delete_lb_group(lb_name, service_uid)` — retire its node rules, then delete the managed group; raises
     RetryError while AWS still reports a dependency. Call it once no LB of that name (NLB or CLB: they share
@@ -21,7 +24,8 @@ API (used by both drivers; the pure part is in `security_groups_model`):
   - `revoke_stale_node_rules(live)` — for the sweeper: `live(names)` answers which of the named LBs exist.
 
 Decisions:
-- Node rule scope: all protocols from the LB's group, as cloud-provider-aws does for CLBs. Only the LB carries that
+- Node rule scope: all protocols from the backend group (or the bring-your-own LB's group), as cloud-provider-aws
+  does for CLBs. Only the LB carries that
   group and an LB only opens connections to its targets' traffic and health-check ports, so nothing wider is
   opened in practice, and a port change never touches the node group: one rule per LB, whatever its ports. An NLB
   with a security group is matched by target rules that reference that group even with client-IP preservation.
@@ -40,9 +44,12 @@ Decisions:
   (IAM allows CreateTags only with CreateSecurityGroup); later tag edits do not reach an existing group.
 - Every Describe is filtered by VPC, name or tag, or names its ids: never a region-wide listing.
 
-Calls: ensure_lb_group converged 1 read; created 1 read + CreateSecurityGroup + 1 Authorize; a source-range
-change 1 read + at most 1 Authorize + 1 Revoke. ensure_node_access converged 1 read (+1 per cold start for
-discovery); adding the rule +1 Authorize per node group. delete_lb_group 2 reads + Revoke + DeleteSecurityGroup.
+Calls (warm: the shared ids and the backend rule cached): ensure_lb_group with default ranges 0; with source
+ranges converged 1 read, created 1 read + CreateSecurityGroup + 1 Authorize, a range change 1 read + at most 1
+Authorize + 1 Revoke. ensure_node_access 0 (bring-your-own: 1 read, +1 Authorize per node group to add). Cold, once
+per execution environment: per shared group 1 read (+ CreateSecurityGroup, + 1 Authorize for the frontend), node
+groups 1-2 reads + 1 read, + 1 Authorize per node group lacking the backend rule. delete_lb_group: 0 for an LB seen
+carrying only the shared groups; else 2 reads + DeleteSecurityGroup (+ Revoke of a per-LB node rule).
 """
 
 from __future__ import annotations
