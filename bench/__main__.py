@@ -24,6 +24,7 @@ PENDING: dict[str, str] = {}  # key -> why its scenario cannot run yet (written 
 SCALES: dict[str, dict[str, dict[str, int]]] = {
     "full": {
         "latency_ms": {"services": 200, "latency_ms": 50, "concurrency": 10},
+        "scale": {"services": 300},
         "watcher": {"services": 10_000, "nodes": 5_000, "updates": 20_000},
         "cold_start": {"runs": 5},
     },
@@ -31,11 +32,13 @@ SCALES: dict[str, dict[str, dict[str, int]]] = {
     # and moto's SQS become the bottleneck (docs/performance.md). Everything else as full.
     "medium": {
         "latency_ms": {"services": 200, "latency_ms": 50, "concurrency": 10},
+        "scale": {"services": 300},
         "watcher": {"services": 1_000, "nodes": 500, "updates": 2_000},
         "cold_start": {"runs": 5},
     },
     "small": {
         "latency_ms": {"services": 10, "latency_ms": 50, "concurrency": 10},
+        "scale": {"services": 60},  # past the previous ceiling of about 55
         "watcher": {"services": 200, "nodes": 100, "updates": 400},
         "cold_start": {"runs": 1},
     },
@@ -46,12 +49,14 @@ def scenarios(scale: str = "full") -> dict[str, Callable[[dict[str, Any]], Any]]
     """Scenario per top-level key, in run order (cost reads the figures of the scenarios before it)."""
     from bench import packaging
     from bench.scenarios import aws_calls, cost, k8s_calls, latency, node_burst, watcher_load
+    from bench.scenarios import scale as scale_scenario
 
     size = SCALES[scale]
     return {
         "aws_calls": lambda _: aws_calls.run(),
         "k8s_calls": lambda _: k8s_calls.run(nodes=int(os.environ.get("BENCH_NODES", "1000"))),
         "node_burst": lambda _: node_burst.run(),
+        "scale": lambda _: {"services": scale_scenario.run(**size["scale"])},
         "latency_ms": lambda results: latency.run(**size["latency_ms"], results=results),
         "watcher": lambda _: watcher_load.run(**size["watcher"]),
         "cold_start": lambda _: packaging.measure(**size["cold_start"]),

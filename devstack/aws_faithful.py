@@ -31,6 +31,13 @@ What AWS does, and what moto 5.2 did instead:
   NLB need no check of their own: the NLB quotas page has no such quota, only "Listeners per Network Load
   Balancer: 50" and "Target Groups per Action per Network Load Balancer: 1", and a target group counts for a load
   balancer through the listeners forwarding to it (TargetGroup.LoadBalancerArns), so an NLB uses at most 50.
+- Per-Region quotas, as AWS Service Quotas applies them (Elastic Load Balancing quotas, "Quotas for your Network
+  Load Balancers": Network Load Balancers per Region 50, target groups per Region 3000; "Quotas for your Classic
+  Load Balancers": Classic Load Balancers per Region 20): a create past them answers `TooManyLoadBalancers` /
+  `TooManyTargetGroups` (ELBv2 and ELB API references, CreateLoadBalancer, CreateTargetGroup). They are adjustable
+  in a real account (a Service Quotas request), so the values are settings (`max_nlbs_per_region`,
+  `max_clbs_per_region`, `max_target_groups_per_region`). A create of a name that exists is idempotent in AWS
+  and is never refused. moto had no such quota.
 - Request throttling (`rate_limits`, off by default): token buckets with AWS's documented figures, answering
   `Throttling` / `RequestLimitExceeded` (devstack.aws_throttling).
 - EC2 eventual consistency (`eventual_consistency`): a group or an inbound rule just created is not returned by
@@ -72,6 +79,10 @@ class FaithfulSettings:
     targets: bool = True  # InvalidTarget / InvalidInstance for instances AWS refuses
     listener_associations: bool = True  # target groups follow ModifyListener / DeleteListener
     clb_instance_protocol: bool = True
+    # Elastic Load Balancing per-Region quotas (adjustable through Service Quotas); enforced when `quotas` is on.
+    max_nlbs_per_region: int = 50
+    max_clbs_per_region: int = 20
+    max_target_groups_per_region: int = 3000
 
 
 _settings = FaithfulSettings()
@@ -291,13 +302,37 @@ def _patch_elbv2() -> None:
     FakeTargetGroup.register = register_targets  # type: ignore[method-assign,assignment]
 
     create_lb = ELBv2Backend.create_load_balancer
+    create_tg = ELBv2Backend.create_target_group
     delete_lb = ELBv2Backend.delete_load_balancer
     set_groups = ELBv2Backend.set_security_groups
     create_listener = ELBv2Backend.create_listener
 
     def create_load_balancer(self: Any, name: str, security_groups: list[str], *args: Any, **kwargs: Any) -> Any:
         _check_group_count(security_groups)
+        lb_type = kwargs.get("loadbalancer_type") or (args[4] if len(args) > 4 else None)
+        if _settings.quotas and lb_type == "network":
+            nlbs = [lb for lb in self.load_balancers.values() if lb.type == "network"]
+            if len(nlbs) >= _settings.max_nlbs_per_region and all(lb.name != name for lb in nlbs):
+                raise ELBClientError(
+                    "TooManyLoadBalancers",
+                    f"You've reached the limit on the number of load balancers ({_settings.max_nlbs_per_region} "
+                    "Network Load Balancers per Region) for your account",
+                )
         return create_lb(self, name, security_groups, *args, **kwargs)
+
+    def create_target_group(self: Any, name: str, **kwargs: Any) -> Any:
+        groups = list(self.target_groups.values())
+        if (
+            _settings.quotas
+            and len(groups) >= _settings.max_target_groups_per_region
+            and all(tg.name != name for tg in groups)
+        ):
+            raise ELBClientError(
+                "TooManyTargetGroups",
+                f"You've reached the limit on the number of target groups ({_settings.max_target_groups_per_region} "
+                "per Region) for your account",
+            )
+        return create_tg(self, name, **kwargs)
 
     def delete_load_balancer(self: Any, arn: str) -> None:
         lb = self.load_balancers.get(arn)
@@ -318,6 +353,7 @@ def _patch_elbv2() -> None:
         return create_listener(self, load_balancer_arn, *args, **kwargs)
 
     ELBv2Backend.create_load_balancer = create_load_balancer  # type: ignore[method-assign]
+    ELBv2Backend.create_target_group = create_target_group  # type: ignore[method-assign]
     ELBv2Backend.delete_load_balancer = delete_load_balancer  # type: ignore[method-assign]
     ELBv2Backend.set_security_groups = set_security_groups  # type: ignore[method-assign]
     ELBv2Backend.create_listener = create_listener_  # type: ignore[method-assign]
@@ -363,6 +399,13 @@ def _patch_elb() -> None:
     ) -> Any:
         _check_group_count(kw.get("security_groups") or (args[2] if len(args) > 2 else None))
         too_many_listeners(len(ports))
+        quota = _settings.max_clbs_per_region
+        if _settings.quotas and len(self.load_balancers) >= quota and name not in self.load_balancers:
+            raise ELBClientError(
+                "TooManyLoadBalancers",
+                f"The quota for the number of load balancers has been reached ({quota} Classic Load Balancers per "
+                "Region)",
+            )
         balancer = create_lb(self, name, zones, ports, *args, **kw)
         remember_protocols(balancer, ports)
         return balancer

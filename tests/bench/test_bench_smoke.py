@@ -86,3 +86,15 @@ def test_watcher_scenario_at_small_scale(tmp_path: Path):
     # 180 ClusterIP label changes and the 200 Node heartbeats are dropped.
     assert watcher["forwarded_after_updates"] == 20
     assert watcher["dropped_irrelevant_after_updates"]["Service"] == 180
+
+
+@pytest.mark.timeout(300)
+def test_scale_scenario_at_small_scale_passes_the_previous_ceiling(tmp_path: Path):
+    """60 NLB Services (past the ~55 the per-LB node rules allowed) converge with one rule on the node group."""
+    out = tmp_path / "latest.json"
+    assert main(["--only", "scale", "--scale", "small", "--out", str(out), "--no-plots"]) == 0
+    scale = json.loads(out.read_text())["scale"]["services"]
+    assert scale["services"] == scale["converged"] == 60
+    assert scale["node_group_inbound_rules"] == 1 and scale["per_lb_security_groups"] == 0
+    assert scale["security_group_calls"]["warm_create"] == {}
+    assert scale["previous_ceiling_rules"] == 60 and scale["assumptions"]

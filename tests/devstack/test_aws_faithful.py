@@ -243,6 +243,38 @@ def test_classic_quotas(world: World, faithful: Any) -> None:
     assert sorted(described["SecurityGroups"]) == sorted(groups[:5])
 
 
+def test_per_region_load_balancer_and_target_group_quotas(world: World, faithful: Any) -> None:
+    """Service Quotas (Elastic Load Balancing): NLBs 50, Classic 20, target groups 3000 per Region, adjustable in a
+    real account, so settable here; a create past them answers TooManyLoadBalancers / TooManyTargetGroups."""
+    assert (faithful.max_nlbs_per_region, faithful.max_clbs_per_region) == (50, 20)
+    assert faithful.max_target_groups_per_region == 3000
+    elb, elbv2 = client("elb", world.endpoint_url, REGION), client("elbv2", world.endpoint_url, REGION)
+    nlbs = [lb for lb in elbv2.describe_load_balancers()["LoadBalancers"] if lb["Type"] == "network"]
+    faithful.max_nlbs_per_region = len(nlbs) + 1
+    _nlb(world, "region-quota-1", [])
+    with pytest.raises(ClientError) as err:
+        _nlb(world, "region-quota-2", [])
+    assert _code(err) == "TooManyLoadBalancers"
+    faithful.max_nlbs_per_region = len(nlbs) + 2  # a raised quota
+    _nlb(world, "region-quota-2", [])
+
+    subnet = world.public_subnets[world.azs[0]]
+    listener = [{"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}]
+    faithful.max_clbs_per_region = len(elb.describe_load_balancers()["LoadBalancerDescriptions"]) + 1
+    elb.create_load_balancer(LoadBalancerName="clb-region-1", Listeners=listener, Subnets=[subnet])
+    with pytest.raises(ClientError) as err:
+        elb.create_load_balancer(LoadBalancerName="clb-region-2", Listeners=listener, Subnets=[subnet])
+    assert _code(err) == "TooManyLoadBalancers"
+
+    faithful.max_target_groups_per_region = len(elbv2.describe_target_groups()["TargetGroups"]) + 1
+    elbv2.create_target_group(Name="tg-region-1", Protocol="TCP", Port=30080, VpcId=world.vpc_id)
+    with pytest.raises(ClientError) as err:
+        elbv2.create_target_group(Name="tg-region-2", Protocol="TCP", Port=30080, VpcId=world.vpc_id)
+    assert _code(err) == "TooManyTargetGroups"
+    faithful.quotas = False  # the switch covers them too
+    elbv2.create_target_group(Name="tg-region-2", Protocol="TCP", Port=30080, VpcId=world.vpc_id)
+
+
 def test_token_buckets_refill_at_the_documented_rates() -> None:
     aws_faithful.install(FaithfulSettings(rate_limits=True))
     try:

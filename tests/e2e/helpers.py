@@ -369,11 +369,15 @@ def leak_report(stack: Stack, svc: dict[str, Any]) -> str:
 
 def gone(stack: Stack, *svcs: dict[str, Any]) -> None:
     """Delete the Services: nothing tagged for them may remain (LBs, target groups, managed security groups), and
-    no node rule may still reference one of their load balancers' groups."""
+    no node rule may still reference one of their load balancers' own groups. The cluster's shared groups
+    (role tag: backend, default frontend) outlive any one Service: their one node rule serves every LB."""
     groups: set[str] = set()
     for svc in svcs:
         lb = nlb(stack, svc) or clb(stack, svc) or {}
         groups |= set(lb.get("SecurityGroups") or [])
+    if groups:
+        described = stack.aws("ec2").describe_security_groups(GroupIds=sorted(groups))["SecurityGroups"]
+        groups -= {g["GroupId"] for g in described if any(t["Key"] == "serverless-ccm/role" for t in g.get("Tags", []))}
     for svc in svcs:
         delete_service(stack, svc["metadata"]["name"])
     for svc in svcs:

@@ -2,9 +2,11 @@
 (devstack.aws_faithful): a group is in use while any load balancer lists it (DependencyViolation), and for a while
 after its load balancer is deleted.
 
-The managed group is named after the LB name (`k8s-elb-<name>`), and an NLB and a Classic ELB of one Service
-share that name: a driver must delete only its own load balancer, and the group (with its node rule) goes only
-once every load balancer using it is gone.
+A Service with source ranges has its own frontend group, named after the LB name (`k8s-elb-<name>`), and an NLB
+and a Classic ELB of one Service share that name: a driver must delete only its own load balancer, and the group
+goes only once every load balancer using it is gone. Every LB also carries the cluster's shared backend group,
+whose one node rule stays. The migration from the previous design (a group and a node rule per LB) and the
+delete of an LB on the shared groups only (no EC2 call) are here too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import boto3
 import pytest
 
+from ccm.aws import security_groups_model as sgm
 from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.nlb import NetworkLoadBalancers
@@ -42,7 +45,7 @@ class Env:
             VpcId=world.vpc_id,
             TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": CLUSTER_TAG, "Value": "owned"}]}],
         )["GroupId"]
-        groups = SecurityGroups(world.clients, world.vpc_id, CLUSTER)
+        self.groups = groups = SecurityGroups(world.clients, world.vpc_id, CLUSTER)
         groups.forget_node_groups()  # the cache is per execution environment; every moto world is a new VPC
         self.lbs = LoadBalancers(
             NetworkLoadBalancers(world.clients, world.vpc_id, OUR_CLASS, groups),
@@ -54,6 +57,9 @@ class Env:
     def node_rule_sources(self) -> list[str]:
         (group,) = self.ec2.describe_security_groups(GroupIds=[self.node_group])["SecurityGroups"]
         return sorted(p["GroupId"] for perm in group["IpPermissions"] for p in perm.get("UserIdGroupPairs", []))
+
+    def backend(self) -> list[str]:
+        return [self.groups.shared.group_id(sgm.ROLE_BACKEND)]
 
     def managed_groups(self) -> list[str]:
         vpc = [{"Name": "vpc-id", "Values": [self.world.vpc_id]}, {"Name": "group-name", "Values": ["k8s-elb-*"]}]
@@ -82,21 +88,22 @@ def env(world: World) -> Env:
     return Env(world)
 
 
-def _svc(lb_type: str) -> dict[str, Any]:
-    return service(annotations={TYPE: lb_type})
+def _svc(lb_type: str, ranges: list[str] | None = None) -> dict[str, Any]:
+    """With source ranges by default: the LB has a group of its own (k8s-elb-<name>) besides the backend group."""
+    return service(annotations={TYPE: lb_type}, loadBalancerSourceRanges=["10.0.0.0/8"] if ranges is None else ranges)
 
 
 def test_deleting_a_classic_elb_service_deletes_the_clb_then_its_group(env: Env) -> None:
     svc = _svc("clb")
     env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
-    (group,) = env.managed_groups()
-    assert env.node_rule_sources() == [group]
+    assert len(env.managed_groups()) == 1
+    assert env.node_rule_sources() == env.backend()  # the one shared rule, no rule of its own
     # Before: the NLB cleanup ran first, found the CLB's group by its name, revoked its node rule (cutting the
     # traffic of a CLB still serving) and failed with DependencyViolation: the CLB was never deleted.
     env.lbs.delete_for_uid(svc["metadata"]["uid"])
     assert env.clbs() == []
     assert env.managed_groups() == []
-    assert env.node_rule_sources() == []
+    assert env.node_rule_sources() == env.backend()
 
 
 def test_a_delete_waits_for_aws_to_release_the_group_then_completes(env: Env, faithful_aws: FaithfulSettings) -> None:
@@ -109,7 +116,7 @@ def test_a_delete_waits_for_aws_to_release_the_group_then_completes(env: Env, fa
         assert env.clbs() == env.nlbs() == []  # the load balancer itself went at once
         env.delete_until_done(svc["metadata"]["uid"])  # the queue coming back until AWS lets go
         assert env.managed_groups() == []
-        assert env.node_rule_sources() == []
+        assert env.node_rule_sources() == env.backend()
 
 
 @pytest.mark.parametrize("lb_type", ["nlb", "clb"])
@@ -129,7 +136,7 @@ def test_a_delete_right_after_the_create_waits_for_the_group_to_be_readable(
     env.delete_until_done(svc["metadata"]["uid"])
     faithful_aws.eventual_consistency = False  # the test's own reads: everything visible
     assert env.managed_groups() == []
-    assert env.node_rule_sources() == []
+    assert env.node_rule_sources() == env.backend()
 
 
 @pytest.mark.parametrize(("before", "after"), [("nlb", "clb"), ("clb", "nlb")])
@@ -143,9 +150,9 @@ def test_switching_type_keeps_the_shared_group_and_its_node_rule(env: Env, befor
     env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), PassFlags(thorough=True))
     assert (env.nlbs(), env.clbs()) == (([], [svc_name(svc)]) if after == "clb" else ([svc_name(svc)], []))
     assert env.managed_groups() == [group]
-    assert env.node_rule_sources() == [group]
+    assert env.node_rule_sources() == env.backend()
     env.delete_until_done(svc["metadata"]["uid"])
-    assert env.managed_groups() == [] and env.node_rule_sources() == []
+    assert env.managed_groups() == [] and env.node_rule_sources() == env.backend()
 
 
 def svc_name(svc: dict[str, Any]) -> str:
@@ -170,3 +177,79 @@ def test_a_load_balancer_of_the_service_name_tagged_for_another_cluster_is_never
         env.elb.create_load_balancer(LoadBalancerName=name, Listeners=listeners, Subnets=subnets, Tags=tags)
     env.lbs.ensure_load_balancer_deleted(CLUSTER, svc)
     assert (env.nlbs() if lb_type == "nlb" else env.clbs()) == [name]
+
+
+def _groups_of(env: Env, svc: dict[str, Any], lb_type: str) -> list[str]:
+    if lb_type == "nlb":
+        return list(env.elbv2.describe_load_balancers(Names=[svc_name(svc)])["LoadBalancers"][0]["SecurityGroups"])
+    described = env.elb.describe_load_balancers(LoadBalancerNames=[svc_name(svc)])["LoadBalancerDescriptions"]
+    return list(described[0]["SecurityGroups"])
+
+
+def _make_previous_version(env: Env, svc: dict[str, Any], lb_type: str) -> str:
+    """Turn a live LB into what the previous version made: its own group k8s-elb-<name> (listener rules) as its
+    only group, and a tagged node rule from that group named after the LB."""
+    uid, name = svc["metadata"]["uid"], svc_name(svc)
+    tags = [{"Key": k, "Value": v} for k, v in {CLUSTER_TAG: "owned", "serverless-ccm/service-uid": uid}.items()]
+    gid = env.ec2.create_security_group(
+        GroupName=sgm.managed_group_name(name),
+        Description="previous version",
+        VpcId=env.world.vpc_id,
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": tags}],
+    )["GroupId"]
+    listener = {"IpProtocol": "tcp", "FromPort": 80, "ToPort": 80, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}
+    env.ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=[listener])
+    if lb_type == "nlb":
+        arn = env.elbv2.describe_load_balancers(Names=[name])["LoadBalancers"][0]["LoadBalancerArn"]
+        env.elbv2.set_security_groups(LoadBalancerArn=arn, SecurityGroups=[gid])
+    else:
+        env.elb.apply_security_groups_to_load_balancer(LoadBalancerName=name, SecurityGroups=[gid])
+    env.ec2.authorize_security_group_ingress(
+        GroupId=env.node_group,
+        IpPermissions=sgm.to_permissions([sgm.node_rule(gid, name, uid)]),
+        TagSpecifications=sgm.node_rule_tags(CLUSTER_TAG),
+    )
+    return gid
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_an_lb_of_the_previous_design_moves_to_the_shared_groups(
+    env: Env, faithful_aws: FaithfulSettings, lb_type: str
+) -> None:
+    """Upgrade: the LB's groups converge to [frontend, backend] (SetSecurityGroups / ApplySecurityGroups), its
+    node rule is retired and its own group deleted, once AWS lets go of it (RetryError meanwhile)."""
+    svc = _svc(lb_type, ranges=[])
+    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    shared = _groups_of(env, svc, lb_type)
+    old = _make_previous_version(env, svc, lb_type)
+    assert sorted(env.node_rule_sources()) == sorted([*env.backend(), old])
+    faithful_aws.sg_release_seconds = 1.0  # the LB's interfaces hold the group a while after it is detached
+    try:
+        env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    except RetryError:
+        deadline = time.monotonic() + 30
+        while True:  # the queue comes back with a thorough pass
+            try:
+                env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), PassFlags(thorough=True))
+                break
+            except RetryError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+    assert sorted(_groups_of(env, svc, lb_type)) == sorted(shared)
+    frontend = env.groups.shared.group_id(sgm.ROLE_FRONTEND)
+    assert sorted(shared) == sorted([frontend, *env.backend()])
+    assert env.node_rule_sources() == env.backend()  # its own node rule is gone
+    assert env.managed_groups() == []  # and its group deleted
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_deleting_an_lb_on_the_shared_groups_makes_no_ec2_call(env: Env, lb_type: str) -> None:
+    svc = _svc(lb_type, ranges=[])
+    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    counter = env.world.clients.counter
+    counter.reset_thread()
+    env.lbs.delete_for_uid(svc["metadata"]["uid"])
+    calls = counter.thread_calls()
+    assert not [op for op in calls if op.startswith("ec2:")], calls
+    assert env.clbs() == env.nlbs() == []
+    assert env.node_rule_sources() == env.backend()  # the shared rule serves the cluster's other LBs

@@ -20,6 +20,7 @@ from typing import Any
 import boto3
 import pytest
 
+from ccm.aws import security_groups_model as sgm
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import CallCounter
 from ccm.aws.security_groups import SecurityGroups
@@ -106,19 +107,28 @@ def test_create_two_ports_three_nodes_then_noop(env: Env):
         "serverless-ccm/service-uid": svc["metadata"]["uid"],
         "team": "web",
     }
-    group = env.ec2.describe_security_groups(GroupIds=lb["SecurityGroups"])["SecurityGroups"][0]
-    assert group["GroupName"] == f"k8s-elb-{name_of(svc)}"
+    groups = env.ec2.describe_security_groups(GroupIds=lb["SecurityGroups"])["SecurityGroups"]
+    # Default source ranges: the cluster's shared frontend and backend groups, no group of its own.
+    assert sorted(g["GroupName"] for g in groups) == sorted(
+        sgm.shared_group_name(CLUSTER, role) for role in (sgm.ROLE_BACKEND, sgm.ROLE_FRONTEND)
+    )
     status, exists = env.clb.get_load_balancer(CLUSTER, svc)
     assert exists and status is not None and status.ingress[0].hostname == lb["DNSName"]
-    # Anchor 18. ELB: describe, create, health check, register; EC2: subnets, route tables; security groups:
-    # group lookup, create, authorize; node-group discovery (once per execution environment), read, node rule.
+    # ELB: describe, create, health check, register; EC2: subnets, route tables; security groups, once per
+    # execution environment: the shared backend and frontend groups (lookup, create; the frontend's rules), node-group
+    # discovery, read, the backend rule.
     assert sum(n for op, n in made.items() if op.startswith("elb:")) == 4
-    assert (sum(made.values()), sum(mutating(made).values())) == (12, 6)
+    assert (sum(made.values()), sum(mutating(made).values())) == (14, 7)
 
     again = env.ensure(svc)
     assert CallCounter.mutating(again) == 0
-    # Anchor 8-10. LB, tags, attributes; subnets, route tables (discovery); managed group; node group.
-    assert sum(again.values()) == 7
+    # LB, tags, attributes; subnets, route tables (discovery); no security-group call (cached).
+    assert sum(again.values()) == 5
+    assert not [op for op in again if op.startswith("ec2:") and "SecurityGroup" in op]
+
+    other = service(name="other")
+    warm = env.ensure(other)  # Anchor 18 before the shared groups: now no security-group call on a warm create
+    assert not [op for op in warm if "SecurityGroup" in op]
 
 
 def test_nodes_added_removed_and_not_running(env: Env):
@@ -149,9 +159,7 @@ def test_port_changes_in_place(env: Env):
     assert mutating(env.ensure(svc)) == {
         "elb:DeleteLoadBalancerListeners": 1,
         "elb:CreateLoadBalancerListeners": 1,
-        "ec2:AuthorizeSecurityGroupIngress": 1,  # the managed group opens 8443 ...
-        "ec2:RevokeSecurityGroupIngress": 1,  # ... and closes 443
-    }
+    }  # the shared frontend group is open on every port: a port change touches no group
     svc["spec"]["ports"][0]["nodePort"] = 30081  # the first port: the health check follows it
     assert mutating(env.ensure(svc)) == {
         "elb:DeleteLoadBalancerListeners": 1,
@@ -335,21 +343,17 @@ def test_delete_leaves_nothing(env: Env):
     svc = service()
     env.ensure(svc)
     deleted = env.calls(lambda: env.clb.ensure_load_balancer_deleted(CLUSTER, svc))
-    # DescribeTags (ownership), DescribeLoadBalancers (its groups) and, the LB being minutes old, one read that its
-    # groups are readable (EC2 read-after-create lag), DeleteLoadBalancer; the group: 2 reads, node rule revoked,
-    # group deleted.
-    assert mutating(deleted) == {
-        "elb:DeleteLoadBalancer": 1,
-        "ec2:RevokeSecurityGroupIngress": 1,
-        "ec2:DeleteSecurityGroup": 1,
-    }
-    assert sum(deleted.values()) == 8
+    # DescribeTags (ownership), DescribeLoadBalancers (its groups), DeleteLoadBalancer. It carried only the shared
+    # groups: no security-group call at all (no read-after-create check either: those groups are old).
+    assert deleted == {"elb:DescribeTags": 1, "elb:DescribeLoadBalancers": 1, "elb:DeleteLoadBalancer": 1}
     assert env.clb.get_load_balancer(CLUSTER, svc) == (None, False)
     assert not env.clb.load_balancer_exists_for_uid(svc["metadata"]["uid"])
     vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
     groups = env.ec2.describe_security_groups(Filters=vpc_filter)["SecurityGroups"]
-    assert sorted(g["GroupName"] for g in groups) == ["default", "nodes"]  # the managed group is gone
-    assert [g["IpPermissions"] for g in groups if g["GroupName"] == "nodes"] == [[]]  # and its node rule
+    shared = [sgm.shared_group_name(CLUSTER, role) for role in (sgm.ROLE_BACKEND, sgm.ROLE_FRONTEND)]
+    assert sorted(g["GroupName"] for g in groups) == sorted(["default", "nodes", *shared])  # cluster infrastructure
+    [node_rules] = [sgm.rules_from_permissions(g["IpPermissions"]) for g in groups if g["GroupName"] == "nodes"]
+    assert [r.description for r in node_rules] == [sgm.backend_rule_description(CLUSTER)]  # the one shared rule
     env.clb.delete_for_uid(svc["metadata"]["uid"])  # idempotent, also without the Service
 
 

@@ -1,13 +1,16 @@
-"""Security groups against in-process moto: the managed group (created once with its tags, converged in few
-calls), bring-your-own and extra groups, one node rule per LB, deletion (DependencyViolation from moto made
-faithful by devstack.aws_faithful), a group not yet visible after its creation, the stale-rule sweep, a shared
-group handed over, node-group discovery, and no Describe call without a filter or ids."""
+"""Security groups against in-process moto: the shared backend and default frontend groups (one node rule for
+every LB, 0 calls warm), the per-LB frontend group of a Service with source ranges (created once with its tags,
+converged in few calls), bring-your-own and extra groups (a per-LB node rule, as before), deletion
+(DependencyViolation from moto made faithful by devstack.aws_faithful), a group not yet visible after its creation,
+the stale-rule sweep over the previous design's per-LB rules, a shared group handed over, node-group discovery, and
+no Describe call without a filter or ids."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -108,14 +111,90 @@ def lb_name(svc: dict) -> str:
     return names.load_balancer_name(svc["metadata"]["uid"])
 
 
+RANGES = ["10.0.0.0/8"]  # any non-default source range: the LB gets its own frontend group
+
+
+def shared_ids(world: World) -> tuple[str, str]:
+    """(frontend, backend) as EC2 has them, by their role tag."""
+    groups = world.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])
+    role = {
+        {t["Key"]: t["Value"] for t in g.get("Tags", [])}.get(m.ROLE_TAG): g["GroupId"]
+        for g in groups["SecurityGroups"]
+    }
+    return role.get(m.ROLE_FRONTEND, ""), role[m.ROLE_BACKEND]
+
+
+def backend_rule(world: World) -> m.IngressRule:
+    return m.backend_rule(shared_ids(world)[1], CLUSTER)
+
+
+def previous_version(world: World, svc: dict, cfg: LoadBalancerConfig) -> str:
+    """What the previous version made for a Service: its own group `k8s-elb-<lb>` with the listener rules, and
+    one node rule from it, named after the LB and tagged. Returns the group id."""
+    uid = svc["metadata"]["uid"]
+    gid = world.new_group(m.managed_group_name(lb_name(svc)), names.resource_tags(CLUSTER, "default", "web", uid))
+    rules = m.to_permissions(m.desired_lb_rules(cfg, cfg.lb_type))
+    world.ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=rules)
+    world.ec2.authorize_security_group_ingress(
+        GroupId=world.node_sg,
+        IpPermissions=m.to_permissions([m.node_rule(gid, lb_name(svc), uid)]),
+        TagSpecifications=m.node_rule_tags(CLUSTER_TAG),
+    )
+    return gid
+
+
 def ensure(world: World, svc: dict, cfg: LoadBalancerConfig) -> list[str]:
     ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, dict(cfg.additional_tags))
     world.sgs.ensure_node_access(ids, lb_name(svc), svc["metadata"]["uid"])
     return ids
 
 
+def test_default_ranges_use_the_shared_groups_and_cost_nothing_warm(world: World) -> None:
+    svc, cfg = svc_and_config(ports=[(80, 30080), (443, 30443)])
+    world.clients.counter.reset_thread()
+    ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
+    # Cold: each shared group looked up by its tags (1 read) and created; the frontend gets its rules.
+    assert world.calls() == {
+        "ec2:DescribeSecurityGroups": 2,
+        "ec2:CreateSecurityGroup": 2,
+        "ec2:AuthorizeSecurityGroupIngress": 1,
+    }
+    frontend, backend = shared_ids(world)
+    assert ids == [frontend, backend]
+    assert set(m.rules_from_permissions(world.group(frontend)["IpPermissions"])) == m.frontend_default_rules()
+    assert m.rules_from_permissions(world.group(backend)["IpPermissions"]) == []
+    for gid, role in ((frontend, m.ROLE_FRONTEND), (backend, m.ROLE_BACKEND)):
+        group = world.group(gid)
+        assert {t["Key"]: t["Value"] for t in group["Tags"]} == {CLUSTER_TAG: "owned", m.ROLE_TAG: role}
+        assert group["GroupName"] == m.shared_group_name(CLUSTER, role)
+    assert not [
+        g for g in world.ec2.describe_security_groups()["SecurityGroups"] if g["GroupName"].startswith("k8s-elb-")
+    ]
+
+    other, other_cfg = svc_and_config("clb", ports=[(8080, 30081)])
+    world.clients.counter.reset_thread()
+    assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == ids
+    assert world.sgs.ensure_lb_group(lb_name(other), other, other_cfg, "clb", {}) == ids
+    assert world.calls() == {}  # warm: cached per execution environment
+
+
+def test_a_found_shared_frontend_group_has_its_rules_converged(world: World) -> None:
+    """A creator that crashed between CreateSecurityGroup and the Authorize leaves a frontend group without rules:
+    the next environment that finds it completes it."""
+    svc, cfg = svc_and_config()
+    world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
+    frontend, _ = shared_ids(world)
+    world.ec2.revoke_security_group_ingress(
+        GroupId=frontend, IpPermissions=m.to_permissions(m.frontend_default_rules(), descriptions=False)
+    )
+    world.sgs.forget_node_groups()  # a new execution environment
+    world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
+    assert set(m.rules_from_permissions(world.group(frontend)["IpPermissions"])) == m.frontend_default_rules()
+
+
 def test_ensure_creates_the_tagged_group_once_then_makes_no_mutating_call(world: World) -> None:
-    svc, cfg = svc_and_config(ann={P + "additional-resource-tags": "team=web"})
+    svc, cfg = svc_and_config(ann={P + "additional-resource-tags": "team=web"}, loadBalancerSourceRanges=RANGES)
+    world.sgs.ensure_lb_group(lb_name(svc_and_config()[0]), *svc_and_config(), "nlb", {})  # the backend exists
     world.clients.counter.reset_thread()
     ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {"team": "web"})
     assert world.calls() == {
@@ -124,7 +203,7 @@ def test_ensure_creates_the_tagged_group_once_then_makes_no_mutating_call(world:
         "ec2:AuthorizeSecurityGroupIngress": 1,
     }
     group = world.group(ids[0])
-    assert ids == [group["GroupId"]]
+    assert ids == [group["GroupId"], shared_ids(world)[1]]
     assert group["GroupName"] == f"k8s-elb-{lb_name(svc)}" and group["VpcId"] == world.vpc_id
     assert {t["Key"]: t["Value"] for t in group["Tags"]} == {
         CLUSTER_TAG: "owned",
@@ -136,16 +215,16 @@ def test_ensure_creates_the_tagged_group_once_then_makes_no_mutating_call(world:
 
     world.clients.counter.reset_thread()
     assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {"team": "web"}) == ids
-    assert world.calls() == {"ec2:DescribeSecurityGroups": 1}
+    assert world.calls() == {"ec2:DescribeSecurityGroups": 1}  # its own group; the backend is cached
     assert CallCounter.mutating(world.calls()) == 0
 
 
 def test_source_range_change_revokes_stale_and_authorizes_new_in_two_calls(world: World) -> None:
     svc, cfg = svc_and_config(loadBalancerSourceRanges=["10.0.0.0/8", "192.168.0.0/16"])
-    (gid,) = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
+    gid, backend = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
     svc, cfg = svc_and_config(uid=svc["metadata"]["uid"], loadBalancerSourceRanges=["10.0.0.0/8", "172.16.0.0/12"])
     world.clients.counter.reset_thread()
-    assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == [gid]
+    assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == [gid, backend]
     calls = world.calls()
     assert CallCounter.mutating(calls) == 2
     assert calls["ec2:AuthorizeSecurityGroupIngress"] == 1 and calls["ec2:RevokeSecurityGroupIngress"] == 1
@@ -154,8 +233,8 @@ def test_source_range_change_revokes_stale_and_authorizes_new_in_two_calls(world
 
 
 def test_a_hand_added_rule_on_the_managed_group_is_revoked(world: World) -> None:
-    svc, cfg = svc_and_config()
-    (gid,) = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
+    svc, cfg = svc_and_config(loadBalancerSourceRanges=RANGES)
+    gid, _ = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
     ssh = {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "1.2.3.4/32"}]}
     world.ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=[ssh])
     world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
@@ -164,12 +243,14 @@ def test_a_hand_added_rule_on_the_managed_group_is_revoked(world: World) -> None
 
 def test_clb_group_has_path_mtu_icmp_and_extra_groups_follow(world: World) -> None:
     extra = world.new_group("extra", {CLUSTER_TAG: "shared"})  # annotations name cluster-tagged groups
-    svc, cfg = svc_and_config("clb", {P + "extra-security-groups": extra}, ports=[(80, 30080)])
+    svc, cfg = svc_and_config(
+        "clb", {P + "extra-security-groups": extra}, ports=[(80, 30080)], loadBalancerSourceRanges=RANGES
+    )
     ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "clb", {})
-    assert len(ids) == 2 and ids[1] == extra
+    assert len(ids) == 3 and ids[1:] == [shared_ids(world)[1], extra]
     assert set(m.rules_from_permissions(world.group(ids[0])["IpPermissions"])) == {
-        m.IngressRule("tcp", 80, 80, cidr="0.0.0.0/0"),
-        m.IngressRule("icmp", 3, 4, cidr="0.0.0.0/0"),
+        m.IngressRule("tcp", 80, 80, cidr="10.0.0.0/8"),
+        m.IngressRule("icmp", 3, 4, cidr="10.0.0.0/8"),
     }
     assert m.rules_from_permissions(world.group(extra)["IpPermissions"]) == []  # never modified
 
@@ -185,46 +266,68 @@ def test_bring_your_own_groups_are_used_as_is(world: World) -> None:
     assert not [g for g in groups["SecurityGroups"] if g["GroupName"].startswith("k8s-elb-")]
 
 
-def test_node_access_is_exactly_one_rule_per_lb(world: World) -> None:
+def test_node_access_is_one_rule_for_every_lb(world: World) -> None:
+    """Rewritten for the backend group (it asserted one rule per LB): whatever the number of load balancers, the
+    node group holds one rule of ours, from the backend group, and a warm reconcile spends no call on it."""
     svc1, cfg1 = svc_and_config()
-    svc2, cfg2 = svc_and_config("clb", ports=[(80, 30080), (8080, 30081)])
+    svc2, cfg2 = svc_and_config("clb", ports=[(80, 30080), (8080, 30081)], loadBalancerSourceRanges=RANGES)
     world.clients.counter.reset_thread()
-    ids1 = ensure(world, svc1, cfg1)
-    # Cold start: +1 read to discover the node group, 1 to read it, 1 Authorize.
-    assert world.calls()["ec2:DescribeSecurityGroups"] == 3
+    ensure(world, svc1, cfg1)
+    # Cold start: 2 reads + 2 creates for the shared groups, 1 Authorize of the frontend's rules; 1 read to
+    # discover the node group, 1 to read it, 1 Authorize of the backend rule.
+    assert world.calls()["ec2:DescribeSecurityGroups"] == 4
     assert world.calls()["ec2:AuthorizeSecurityGroupIngress"] == 2
     ids2 = ensure(world, svc2, cfg2)
-    rules = world.node_rules()
-    assert sorted((r.protocol, r.source_group, m.lb_named_by(r.description)) for r in rules) == sorted(
-        [("-1", ids1[0], lb_name(svc1)), ("-1", ids2[0], lb_name(svc2))]
-    )
-    assert svc1["metadata"]["uid"] in next(r.description for r in rules if r.source_group == ids1[0])
+    assert world.node_rules() == [backend_rule(world)]
+    assert world.node_rules()[0].description == m.backend_rule_description(CLUSTER)
+    assert ids2[1] == shared_ids(world)[1]
 
     world.clients.counter.reset_thread()
     ensure(world, svc1, cfg1)
     ensure(world, svc2, cfg2)
-    assert world.calls() == {"ec2:DescribeSecurityGroups": 4}  # 2 per Service converged, discovery cached
-    assert len(world.node_rules()) == 2
+    assert world.calls() == {"ec2:DescribeSecurityGroups": 1}  # svc2's own frontend group; nothing for svc1
+    assert len(world.node_rules()) == 1
+
+
+def test_a_hundred_load_balancers_leave_exactly_one_rule_on_the_node_group(world: World) -> None:
+    """The ceiling this design removes: the node group's quota is 60 inbound rules (moto enforces it)."""
+    for i in range(100):
+        svc, cfg = svc_and_config(
+            *(("clb",) if i % 3 == 0 else ()), **({"loadBalancerSourceRanges": RANGES} if i % 4 == 0 else {})
+        )
+        ensure(world, svc, cfg)
+    assert world.node_rules() == [backend_rule(world)]
+
+
+def test_the_backend_rule_is_restored_after_the_cache_expires(world: World) -> None:
+    svc, cfg = svc_and_config()
+    ensure(world, svc, cfg)
+    world.ec2.revoke_security_group_ingress(GroupId=world.node_sg, IpPermissions=m.to_permissions(world.node_rules()))
+    world.sgs.forget_node_groups()  # TTL over, or a new execution environment
+    ensure(world, svc, cfg)
+    assert world.node_rules() == [backend_rule(world)]
 
 
 def test_switching_to_a_bring_your_own_group_moves_the_node_rule(world: World) -> None:
     svc, cfg = svc_and_config()
-    managed = ensure(world, svc, cfg)[0]
+    ensure(world, svc, cfg)
     byo = world.new_group("byo", {CLUSTER_TAG: "shared"})  # annotations name cluster-tagged groups
     svc, cfg = svc_and_config(ann={P + "security-groups": byo}, uid=svc["metadata"]["uid"])
-    assert ensure(world, svc, cfg) == [byo]
-    assert [(r.source_group, m.lb_named_by(r.description)) for r in world.node_rules()] == [(byo, lb_name(svc))]
-    assert managed  # the old managed group stays until delete_lb_group (the LB may still hold it)
+    assert ensure(world, svc, cfg) == [byo]  # no backend group on a bring-your-own LB
+    assert sorted((r.source_group or "", m.lb_named_by(r.description) or "") for r in world.node_rules()) == sorted(
+        [(byo, lb_name(svc)), (shared_ids(world)[1], "")]
+    )
     world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
-    assert world.node_rules() == []
-    assert not world.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": [managed]}])["SecurityGroups"]
+    assert world.node_rules() == [backend_rule(world)]  # the shared rule stays for the other LBs
 
 
 def test_delete_revokes_the_node_rule_then_deletes_the_group(world: World) -> None:
+    """An LB of the previous design (its own group and node rule) is deleted."""
     svc, cfg = svc_and_config()
     other_svc, other_cfg = svc_and_config()
-    gid = ensure(world, svc, cfg)[0]
-    ensure(world, other_svc, other_cfg)
+    gid = previous_version(world, svc, cfg)
+    previous_version(world, other_svc, other_cfg)
+    world.sgs.node_group_ids()  # discovered by an earlier reconcile in this environment
     world.clients.counter.reset_thread()
     world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
     assert world.calls() == {
@@ -240,11 +343,37 @@ def test_delete_revokes_the_node_rule_then_deletes_the_group(world: World) -> No
     assert CallCounter.mutating(world.calls()) == 0
 
 
+def test_delete_of_an_lb_with_source_ranges_deletes_only_its_frontend_group(world: World) -> None:
+    svc, cfg = svc_and_config(loadBalancerSourceRanges=RANGES)
+    gid, backend = ensure(world, svc, cfg)
+    world.clients.counter.reset_thread()
+    world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
+    assert world.calls() == {"ec2:DescribeSecurityGroups": 2, "ec2:DeleteSecurityGroup": 1}  # no rule of its own
+    assert world.node_rules() == [backend_rule(world)]
+    assert [g["GroupId"] for g in world.ec2.describe_security_groups(GroupIds=[backend])["SecurityGroups"]] == [backend]
+    assert not world.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": [gid]}])["SecurityGroups"]
+
+
+def test_delete_of_an_lb_on_the_shared_groups_only_makes_no_call(world: World) -> None:
+    svc, cfg = svc_and_config()
+    ids = ensure(world, svc, cfg)
+    world.clients.counter.reset_thread()
+    world.sgs.before_lb_delete(
+        {"LoadBalancerName": lb_name(svc), "SecurityGroups": ids, "CreatedTime": datetime.now(UTC)}
+    )
+    world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
+    assert world.calls() == {}
+    assert world.node_rules() == [backend_rule(world)]
+    # Not seen right before (a retry after the LB went): looked up, nothing of its own to delete.
+    world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
+    assert CallCounter.mutating(world.calls()) == 0 and world.node_rules() == [backend_rule(world)]
+
+
 def test_dependency_violation_asks_the_queue_to_retry(world: World, faithful_aws: FaithfulSettings) -> None:
     # AWS answers DependencyViolation while the deleted NLB's network interfaces still hold the group (moto made
     # faithful server side by devstack.aws_faithful: held for sg_release_seconds after DeleteLoadBalancer).
     faithful_aws.sg_release_seconds = 1.0
-    svc, cfg = svc_and_config()
+    svc, cfg = svc_and_config(loadBalancerSourceRanges=RANGES)
     group_ids = ensure(world, svc, cfg)
     elbv2 = world.clients.elbv2
     arn = elbv2.create_load_balancer(
@@ -254,7 +383,7 @@ def test_dependency_violation_asks_the_queue_to_retry(world: World, faithful_aws
     with pytest.raises(RetryError) as info:
         world.sgs.delete_lb_group(lb_name(svc), svc["metadata"]["uid"])
     assert info.value.delay_seconds == 15
-    assert world.node_rules() == []  # the node rule went first (a referenced group cannot be deleted either)
+    assert world.node_rules() == [backend_rule(world)]  # the shared rule stays
     deadline = time.monotonic() + 20
     while True:  # what the queue does: come back until AWS lets go
         try:
@@ -263,7 +392,9 @@ def test_dependency_violation_asks_the_queue_to_retry(world: World, faithful_aws
         except RetryError:
             assert time.monotonic() < deadline
             time.sleep(0.2)
-    assert not world.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": group_ids}])["SecurityGroups"]
+    assert not world.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": group_ids[:1]}])[
+        "SecurityGroups"
+    ]
 
 
 def test_a_group_not_yet_visible_after_its_creation_is_retried_not_refused(
@@ -273,7 +404,7 @@ def test_a_group_not_yet_visible_after_its_creation_is_retried_not_refused(
     # moment. A second reconcile in that moment (a redelivered message) finds no group, creates it again, gets
     # InvalidGroup.Duplicate and still cannot read it: that is a wait, not a hand-made untagged group.
     faithful_aws.eventual_consistency, faithful_aws.consistency_seconds = True, 2.0
-    svc, cfg = svc_and_config()
+    svc, cfg = svc_and_config(loadBalancerSourceRanges=RANGES)
     first = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
     with pytest.raises(RetryError, match="not visible yet"):
         world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
@@ -282,10 +413,12 @@ def test_a_group_not_yet_visible_after_its_creation_is_retried_not_refused(
 
 
 def test_stale_node_rules_are_revoked_for_lbs_that_no_longer_exist(world: World) -> None:
+    """The previous design's per-LB rules are swept when their LB is gone; the shared backend rule never is."""
     live_svc, live_cfg = svc_and_config()
     gone_svc, gone_cfg = svc_and_config()
-    ensure(world, live_svc, live_cfg)
-    ensure(world, gone_svc, gone_cfg)
+    previous_version(world, live_svc, live_cfg)
+    previous_version(world, gone_svc, gone_cfg)
+    ensure(world, *svc_and_config())  # the backend rule
     ssh = {
         "IpProtocol": "tcp",
         "FromPort": 22,
@@ -303,8 +436,10 @@ def test_stale_node_rules_are_revoked_for_lbs_that_no_longer_exist(world: World)
     assert asked == [{lb_name(live_svc), lb_name(gone_svc)}]
     assert [m.lb_named_by(r.description) for r in stale] == [lb_name(gone_svc)]
     assert sorted(m.lb_named_by(r.description) or r.description for r in world.node_rules()) == sorted(
-        [lb_name(live_svc), "ssh"]
+        [lb_name(live_svc), "ssh", m.backend_rule_description(CLUSTER)]
     )
+    world.sgs.revoke_stale_node_rules(lambda names_: set())  # no LB left at all
+    assert sorted(r.description for r in world.node_rules()) == sorted(["ssh", m.backend_rule_description(CLUSTER)])
 
 
 def tagged_node_rules(world: World) -> dict[str, list[dict[str, str]]]:
@@ -317,15 +452,15 @@ def tagged_node_rules(world: World) -> dict[str, list[dict[str, str]]]:
 
 def test_the_node_rule_we_add_carries_the_cluster_tag(world: World) -> None:
     svc, cfg = svc_and_config()
-    [source] = ensure(world, svc, cfg)
-    assert tagged_node_rules(world) == {source: [{"Key": CLUSTER_TAG, "Value": "owned"}]}
+    [_, backend] = ensure(world, svc, cfg)
+    assert tagged_node_rules(world) == {backend: [{"Key": CLUSTER_TAG, "Value": "owned"}]}
 
 
 def test_only_node_rules_we_tagged_are_revoked_by_name(world: World) -> None:
     """A rule that only carries our description (hand-made, another tool's, or a copy of ours) is not ours:
     neither the sweeper's stale pass nor an LB's delete revokes it; the tagged one of the same LB is revoked."""
     svc, cfg = svc_and_config()
-    ensure(world, svc, cfg)
+    previous_version(world, svc, cfg)
     gone = lb_name(svc_and_config()[0])  # an LB that does not exist, named in an untagged rule
     lookalike_source = world.new_group("lookalike")
     world.ec2.authorize_security_group_ingress(
@@ -350,7 +485,7 @@ def test_only_node_rules_we_tagged_are_revoked_by_name(world: World) -> None:
 def test_a_rule_from_the_managed_group_is_revoked_on_delete_even_untagged(world: World) -> None:
     """Adoption: cloud-provider-aws added the rule from the LB's managed group, untagged and with its own
     description; the group is deleted with the LB and cannot be while a rule references it."""
-    svc, cfg = svc_and_config()
+    svc, cfg = svc_and_config(loadBalancerSourceRanges=RANGES)
     gid = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})[0]
     upstream = {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": gid, "Description": "kubernetes.io/rule/nlb"}]}
     world.ec2.authorize_security_group_ingress(GroupId=world.node_sg, IpPermissions=[upstream])
@@ -398,10 +533,9 @@ def test_several_tagged_groups_are_chosen_per_instance_like_upstream(world: Worl
     world.clients.counter.reset_thread()
     gid = ensure(world, svc, cfg)[0]
     assert world.calls()["ec2:DescribeInstances"] == 1
-    assert world.sgs.node_group_ids() == tuple(sorted([world.node_sg, extra_node_sg]))
+    assert world.sgs.node_group_ids() == tuple(sorted([world.node_sg, extra_node_sg]))  # not the shared groups
     for group_id in (world.node_sg, extra_node_sg):
-        rules = m.rules_from_permissions(world.group(group_id)["IpPermissions"])
-        assert [(r.source_group, m.lb_named_by(r.description)) for r in rules] == [(gid, lb_name(svc))]
+        assert m.rules_from_permissions(world.group(group_id)["IpPermissions"]) == [backend_rule(world)]
 
     world.sgs.forget_node_groups()
     world.run_node(world.node_sg, extra_node_sg)  # upstream refuses to guess between two tagged groups
@@ -455,7 +589,7 @@ def test_more_rules_than_the_group_quota_is_a_warning_and_a_retry(world: World) 
         world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
     uid = svc["metadata"]["uid"]
     svc, cfg = svc_and_config(uid=uid, loadBalancerSourceRanges=ranges[:20])  # 60: fits (the refusal added none)
-    (group_id,) = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
+    group_id, _ = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, cfg.lb_type, {})
     assert len(m.rules_from_permissions(world.group(group_id)["IpPermissions"])) == 60
     # One range replaced at the quota: the 3 new rules do not fit beside the 3 old ones, so they are revoked first.
     changed = [*ranges[:19], "192.168.0.0/16"]

@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client, config
 
 from ccm.aws import faults, names
+from ccm.aws import security_groups_model as sgm
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
@@ -93,6 +94,9 @@ class Stack:
         self.services.reconciler.reconcile(delta_for("Service", event, svc))
 
     def create(self, name: str = "web", **spec: Any) -> dict[str, Any]:
+        # Source ranges: the LB gets a group of its own (k8s-elb-<lb>) for the sweeper to judge, besides the
+        # cluster's shared backend group.
+        spec.setdefault("loadBalancerSourceRanges", ["10.0.0.0/8"])
         svc = create_service(self.core, name, **spec)
         self.reconcile(svc)
         live = read(self.core, name)
@@ -126,8 +130,10 @@ class Stack:
         return {tg["TargetGroupName"] for tg in self.elbv2.describe_target_groups()["TargetGroups"]}
 
     def sgs(self) -> set[str]:
+        """The VPC's groups but the default one and the cluster's shared groups (never the sweeper's to delete)."""
         groups = self.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [self.world.vpc_id]}])
-        return {g["GroupName"] for g in groups["SecurityGroups"]} - {"default"}
+        shared = {sgm.shared_group_name(CLUSTER, role) for role in (sgm.ROLE_BACKEND, sgm.ROLE_FRONTEND)}
+        return {g["GroupName"] for g in groups["SecurityGroups"]} - {"default"} - shared
 
     def messages(self) -> list[dict[str, Any]]:
         got = self.sqs.receive_message(
@@ -171,9 +177,10 @@ def test_an_orphaned_nlb_is_swept_after_the_grace_period_and_not_before(stack: S
     assert done.deleted == 4, done.decisions
     assert name not in stack.lbs()
     assert stack.tgs() == set()
-    assert stack.sgs() == {"nodes"}  # the managed group went, its node rule first; the node group stays
+    assert stack.sgs() == {"nodes"}  # the LB's own group went; the node group stays
     node_group = stack.ec2.describe_security_groups(GroupIds=[stack.node_sg])["SecurityGroups"][0]
-    assert node_group["IpPermissions"] == []
+    rules = sgm.rules_from_permissions(node_group["IpPermissions"])
+    assert [r.description for r in rules] == [sgm.backend_rule_description(CLUSTER)]  # the shared rule stays
     assert OrphanMarks(TABLE, stack.world.clients).load() == {}  # nothing remembered about deleted resources
     again = stack.sweep(after=60)
     assert again.decisions == [] and again.deleted == 0  # idempotent

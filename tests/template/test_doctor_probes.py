@@ -189,3 +189,30 @@ def test_node_rules_are_tagged_on_create_and_only_rules_we_tagged_are_revoked(tr
         assert not allowed(
             statements, "ec2:RevokeSecurityGroupIngress", rule, {"aws:ResourceTag/kubernetes.io/cluster/other": "owned"}
         )
+
+
+def test_the_shared_groups_are_created_tagged_and_deleted_by_no_function(translated: dict[str, Any]) -> None:
+    """The backend and default frontend groups (ccm.aws.shared_groups): the services function creates them with the
+    cluster and role tags in the create call and manages their rules; no function can delete one (they carry no
+    Service UID tag: cluster infrastructure, removed by the documented uninstall) nor give an existing group the
+    role tag (adoption grants only the UID and service-name keys), so no foreign group can pose as the backend."""
+    tag = "kubernetes.io/cluster/unit"
+    group = "arn:aws:ec2:us-east-1:123456789012:security-group/sg-0123456789abcdef0"
+    shared = {
+        f"{prefix}/{key}": value
+        for prefix in ("aws:ResourceTag", "ec2:ResourceTag")
+        for key, value in ((tag, "owned"), ("serverless-ccm/role", "backend"))
+    }
+    services, sweeper = (role_statements(translated, ROLES[k]) for k in ("services", "sweeper"))
+    create = {f"aws:RequestTag/{tag}": "owned", "aws:RequestTag/serverless-ccm/role": "backend"}
+    assert allowed(services, "ec2:CreateSecurityGroup", group, create)
+    assert allowed(services, "ec2:CreateTags", group, {**create, "ec2:CreateAction": "CreateSecurityGroup"})
+    assert not allowed(services, "ec2:CreateSecurityGroup", group, {"aws:RequestTag/serverless-ccm/role": "backend"})
+    for action in ("ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"):
+        assert allowed(services, action, group, shared)
+    for statements in (services, sweeper):
+        assert not allowed(statements, "ec2:DeleteSecurityGroup", group, shared)
+    eks_group = {f"aws:ResourceTag/{tag}": "owned", "aws:ResourceTag/aws:eks:cluster-name": "unit"}
+    role_tag = {"aws:TagKeys": "serverless-ccm/role", "aws:RequestTag/serverless-ccm/role": "backend"}
+    for existing in ({f"aws:ResourceTag/{tag}": "owned"}, eks_group):
+        assert not allowed(services, "ec2:CreateTags", group, {**existing, **role_tag})

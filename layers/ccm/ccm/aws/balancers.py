@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws.applied import due_for_full_read
+from ccm.aws.errors import error_code
 from ccm.aws.lbconfig import LbType, parse_load_balancer_config
 from ccm.aws.ownership import tagged_elb_arns
 from ccm.aws.refusals import as_refusal
@@ -43,6 +44,7 @@ from ccm.contracts.cloud import (
 )
 
 log = logging.getLogger(__name__)
+_GROUP_GONE = ("InvalidSecurityGroup", "InvalidGroup.NotFound")
 
 
 class LoadBalancers:
@@ -99,6 +101,8 @@ class LoadBalancers:
         try:
             status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags, publish)
         except ClientError as err:
+            if self.security_groups is not None and error_code(err) in _GROUP_GONE:
+                self.security_groups.forget_node_groups()  # a cached shared group is gone: found or made again
             # Only an answer the Service author alone can cure is "invalid" (no retry); see ccm.aws.refusals.
             refusal = as_refusal(err)
             if refusal is None:
@@ -200,7 +204,11 @@ class LoadBalancers:
             log.info("%s: more resources carry its UID tag than it recorded: %s", applied.uid, leftover)
             return False
         if self.security_groups is not None and applied.security_groups:
-            self.security_groups.delete_lb_group(names.load_balancer_name(applied.uid), applied.uid)
+            name = names.load_balancer_name(applied.uid)
+            # What the LB carried, as recorded: the shared groups alone mean no group or node rule of its own (no
+            # call); no creation time, so no read-after-create check (the record is durable, unlike a name read).
+            self.security_groups.before_lb_delete({"LoadBalancerName": name, "SecurityGroups": applied.security_groups})
+            self.security_groups.delete_lb_group(name, applied.uid)
         return True
 
     def _delete_by_name(self, uid: str, cluster_name: str | None) -> None:

@@ -134,6 +134,9 @@ class ClassicLoadBalancers:
             ids = [i for i in map(p.instance_id, nodes) if i]
             if unreachable := self.security_groups.ensure_node_access(groups, name, uid, ids):
                 warnings.append(LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable))
+            # Applied above (ApplySecurityGroups): the per-LB node rule and group of the previous design go.
+            attached = (lb or {}).get("SecurityGroups") or []
+            self.security_groups.retire_replaced(name, uid, attached, groups, flags.thorough)
         applied = Applied(
             uid=uid,
             lb_type="clb",

@@ -213,8 +213,10 @@ class NetworkLoadBalancers:
         nodes: Sequence[KubeObject],
         flags: PassFlags,
     ) -> tuple[list[str], str | None]:
-        """Security groups: a new NLB gets a managed group (listener ports from the source ranges) and ONE rule on
-        the node group; an NLB created without groups (AWS cannot add them later) is left as it is."""
+        """Security groups (ccm.aws.shared_groups): the frontend (shared, or its own for source ranges) and the
+        shared backend group, whose one node rule serves every LB; an existing NLB converges to them and its
+        per-LB node rule and group of the previous design go. An NLB created without groups (AWS cannot add them
+        later) is left as it is."""
         if (
             self.security_groups is None
             or not flags.check_attributes
@@ -225,10 +227,13 @@ class NetworkLoadBalancers:
         group_ids = self.security_groups.ensure_lb_group(
             desired.name, service, config, "nlb", dict(config.additional_tags)
         )
-        if lb is not None and sorted(lb.get("SecurityGroups") or []) != sorted(group_ids):
+        attached = list(lb.get("SecurityGroups") or []) if lb is not None else []
+        if lb is not None and sorted(attached) != sorted(group_ids):
             self.clients.elbv2.set_security_groups(LoadBalancerArn=lb["LoadBalancerArn"], SecurityGroups=group_ids)
         ids = [i for i in map(p.instance_id, nodes) if i]
-        return group_ids, self.security_groups.ensure_node_access(group_ids, desired.name, uid, ids)
+        unreachable = self.security_groups.ensure_node_access(group_ids, desired.name, uid, ids)
+        self.security_groups.retire_replaced(desired.name, uid, attached, group_ids, flags.thorough)
+        return group_ids, unreachable
 
     def update_load_balancer(
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE

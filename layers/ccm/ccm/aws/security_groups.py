@@ -9,11 +9,14 @@ API (used by both drivers; the pure part is in `security_groups_model`):
   CLB; IPv6 ranges only on a dualstack NLB); empty with bring-your-own groups.
 - `plan_rules(current, desired) -> (to_authorize, to_revoke)` — pure.
 - `SecurityGroups(clients, vpc_id, cluster_name)`:
-  - `ensure_lb_group(lb_name, service, config, lb_type, extra_tags) -> list[str]` — the group ids for the LB, the
-    one to reference from the nodes first: the `security-groups` annotation's groups (used as they are, never
-    modified) or our managed group `k8s-elb-<lb_name>`, then the `extra-security-groups`.
-  - `ensure_node_access(lb_group_ids, lb_name, service_uid)` — one rule per LB on the node group(s), from
-    `lb_group_ids[0]` (pass what ensure_lb_group returned; call it once the LB exists).
+  - `ensure_lb_group(lb_name, service, config, lb_type, extra_tags) -> list[str]` — the group ids for the LB: the
+    `security-groups` annotation's groups (used as they are, never modified), or [the shared default frontend
+    (default source ranges) or our per-LB group `k8s-elb-<lb_name>` (source ranges), the shared backend group]
+    (`ccm.aws.shared_groups`); then the `extra-security-groups`.
+  - `ensure_node_access(lb_group_ids, lb_name, service_uid)` — with the backend group: its ONE rule on the node
+    group(s), for all LBs (cached: no call warm); with bring-your-own groups: one rule from `lb_group_ids[0]`.
+  - `retire_replaced(lb_name, uid, attached, group_ids, thorough)` — migration of an LB of the previous design:
+    its own node rule and (unless still its frontend) its group go once it carries `group_ids`.
   - `revoke_node_access(lb_name, lb_group_id)` — retire the node rules of that LB.
   - `delete_lb_group(lb_name, service_uid)` — retire its node rules, then delete the managed group; raises
     RetryError while AWS still reports a dependency. Call it once no LB of that name (NLB or CLB: they share
@@ -21,7 +24,8 @@ API (used by both drivers; the pure part is in `security_groups_model`):
   - `revoke_stale_node_rules(live)` — for the sweeper: `live(names)` answers which of the named LBs exist.
 
 Decisions:
-- Node rule scope: all protocols from the LB's group, as cloud-provider-aws does for CLBs. Only the LB carries that
+- Node rule scope: all protocols from the backend group (or the bring-your-own LB's group), as cloud-provider-aws
+  does for CLBs. Only the LB carries that
   group and an LB only opens connections to its targets' traffic and health-check ports, so nothing wider is
   opened in practice, and a port change never touches the node group: one rule per LB, whatever its ports. An NLB
   with a security group is matched by target rules that reference that group even with client-IP preservation.
@@ -40,16 +44,17 @@ Decisions:
   (IAM allows CreateTags only with CreateSecurityGroup); later tag edits do not reach an existing group.
 - Every Describe is filtered by VPC, name or tag, or names its ids: never a region-wide listing.
 
-Calls: ensure_lb_group converged 1 read; created 1 read + CreateSecurityGroup + 1 Authorize; a source-range
-change 1 read + at most 1 Authorize + 1 Revoke. ensure_node_access converged 1 read (+1 per cold start for
-discovery); adding the rule +1 Authorize per node group. delete_lb_group 2 reads + Revoke + DeleteSecurityGroup.
+Calls (warm: the shared ids and the backend rule cached): ensure_lb_group with default ranges 0; with source
+ranges converged 1 read, created 1 read + CreateSecurityGroup + 1 Authorize, a range change 1 read + at most 1
+Authorize + 1 Revoke. ensure_node_access 0 (bring-your-own: 1 read, +1 Authorize per node group to add). Cold, once
+per execution environment: per shared group 1 read (+ CreateSecurityGroup, + 1 Authorize for the frontend), node
+groups 1-2 reads + 1 read, + 1 Authorize per node group lacking the backend rule. delete_lb_group: 0 for an LB seen
+carrying only the shared groups; else 2 reads + DeleteSecurityGroup (+ Revoke of a per-LB node rule).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -61,8 +66,10 @@ from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.lbconfig import LoadBalancerConfig
+from ccm.aws.node_groups import NodeGroups
 from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
+from ccm.aws.shared_groups import SharedGroups
 from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig, KubeObject, RetryError
 
 __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "stale_node_rules"]
@@ -73,12 +80,7 @@ DELETE_RETRY_SECONDS: Final = 15  # ENIs of a deleted LB hold its group for a mi
 HIDDEN_RETRY_SECONDS: Final = 5  # EC2 read-after-create lag: seconds
 READ_AFTER_CREATE_SECONDS: Final = 300.0  # well past any read-after-create lag AWS shows
 UNTAGGED_NODE_GROUP: Final = "NodeSecurityGroupNotTagged"  # Warning reason: the LB cannot reach the nodes
-NODE_GROUPS_TTL_SECONDS: Final = 1800.0
-_LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
-
-# (region, vpc, cluster) -> (when, node group ids); shared by the threads of one execution environment.
-_node_groups: dict[tuple[str, str, str], tuple[float, tuple[str, ...]]] = {}
-_node_groups_lock = threading.Lock()
+_SEEN_MAX: Final = 512  # load balancers whose groups were seen right before their delete (bounded memory)
 
 
 def _unique(ids: Iterable[str]) -> list[str]:
@@ -97,6 +99,9 @@ class SecurityGroups:
         self._cluster_tag = names.cluster_tag_key(cluster_name)
         self._vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
         self._rules = RuleWriter(clients, self._cluster_tag, self.forget_node_groups)
+        self.shared = SharedGroups(clients, vpc_id, cluster_name, self._rules)
+        self._node_groups = NodeGroups(clients, vpc_id, cluster_name, self.shared.forget)
+        self._seen: dict[str, tuple[str, ...]] = {}  # lb name -> its groups, read right before deleting it
 
     # -- the load balancer's groups --------------------------------------------------------------------------------
     def ensure_lb_group(
@@ -108,7 +113,13 @@ class SecurityGroups:
         extra = list(config.extra_security_groups)
         self._check_named_groups([*config.security_groups, *extra])
         if config.security_groups:
+            # Bring-your-own groups, as before, without the backend group: the author chose what the LB carries
+            # (and an LB carries at most 5), their first group keeps its node rule, and Services sharing one
+            # group share that rule (one per source), so they do not grow the node group per LB either.
             return _unique([*config.security_groups, *extra])
+        backend = self.shared.group_id(m.ROLE_BACKEND)
+        if m.open_to_all(config, lb_type):
+            return _unique([self.shared.group_id(m.ROLE_FRONTEND), backend, *extra])
         group = self._managed_group(lb_name)
         if group is None:
             group = self._create_managed_group(lb_name, service, extra_tags)
@@ -131,9 +142,9 @@ class SecurityGroups:
             )
             self._rules.revoke(group_id, revoke)
             self._rules.authorize(group_id, authorize, lb_rules=True)
-            return _unique([group_id, *extra])
+            return _unique([group_id, backend, *extra])
         self._rules.revoke(group_id, revoke)
-        return _unique([group_id, *extra])
+        return _unique([group_id, backend, *extra])
 
     def before_lb_delete(self, lb: Mapping[str, Any]) -> None:
         """Call before deleting a load balancer (either API's description). EC2 reads are eventually consistent: a
@@ -142,9 +153,13 @@ class SecurityGroups:
         record of its groups, so it stays until they are readable (RetryError). Only a load balancer younger than
         READ_AFTER_CREATE_SECONDS costs the read: its groups were created before it."""
         attached = [str(g) for g in lb.get("SecurityGroups") or []]
+        if lb.get("LoadBalancerName"):
+            if len(self._seen) >= _SEEN_MAX:
+                self._seen.clear()
+            self._seen[str(lb["LoadBalancerName"])] = tuple(attached)
         created = lb.get("CreatedTime")
-        if not attached or not isinstance(created, datetime):
-            return
+        if not attached or not isinstance(created, datetime) or self.shared.is_shared(attached):
+            return  # the shared groups were made long before, and no delete of this LB touches them
         if (datetime.now(created.tzinfo or UTC) - created).total_seconds() > READ_AFTER_CREATE_SECONDS:
             return
         filters = [self._vpc_filter, {"Name": "group-id", "Values": sorted(attached)}]
@@ -159,8 +174,14 @@ class SecurityGroups:
     def delete_lb_group(self, lb_name: str, service_uid: str) -> None:
         """Retire the node rules of the LB, then delete its managed group (none with bring-your-own groups).
         A DependencyViolation (the LB's ENIs hold the group a while after the LB is deleted) raises RetryError so
-        the queue comes back; a group already gone is done."""
-        group = self._managed_group(lb_name)
+        the queue comes back; a group already gone is done. No call when the LB was just seen (before_lb_delete)
+        carrying only the shared groups: it had no group or node rule of its own (a leftover of an interrupted
+        migration is the sweeper's: its group is tagged with a Service that is gone, its rule names a gone LB)."""
+        if self.shared.is_shared(list(self._seen.pop(lb_name, ()))):
+            return
+        self._delete_managed(lb_name, service_uid, self._managed_group(lb_name))
+
+    def _delete_managed(self, lb_name: str, service_uid: str, group: Mapping[str, Any] | None) -> None:
         group_id = str(group["GroupId"]) if group else None
         self.revoke_node_access(lb_name, group_id)
         if group is None or group_id is None:
@@ -285,6 +306,10 @@ class SecurityGroups:
         nodes): it names the groups of the member instances `instance_ids` (one read, only in that case)."""
         if not lb_group_ids:
             raise ValueError("ensure_node_access needs the load balancer's security groups")
+        backend = self.shared.cached(m.ROLE_BACKEND)
+        shared = backend is not None and backend in lb_group_ids
+        if shared and self.shared.has_backend_rule(str(backend)):
+            return None  # the warm path: no call
         groups = self._read_node_groups()
         if not groups:
             instance_groups: list[list[str]] = []
@@ -300,6 +325,13 @@ class SecurityGroups:
             message = m.untagged_node_groups_message(self._cluster_tag, self.vpc_id, instance_groups)
             log.warning("%s: %s", lb_name, message)
             return message
+        if shared and backend is not None:
+            for group in groups:
+                current = m.rules_from_permissions(group.get("IpPermissions", []))
+                authorize = m.plan_backend_access(current, backend, self.cluster_name)
+                self._rules.authorize(str(group["GroupId"]), authorize, tags=m.node_rule_tags(self._cluster_tag))
+            self.shared.remember_backend_rule(backend)
+            return None
         node_ids = {str(g["GroupId"]) for g in groups}
         retire: dict[str, list[IngressRule]] = {}
         for group in groups:
@@ -310,6 +342,23 @@ class SecurityGroups:
                 retire[str(group["GroupId"])] = stale
         self._retire(retire, {lb_name})
         return None
+
+    def retire_replaced(
+        self, lb_name: str, service_uid: str, attached: Collection[str], group_ids: list[str], thorough: bool
+    ) -> None:
+        """Migration from one node rule per LB: once the LB carries `group_ids` (it carried `attached` before this
+        pass), retire its own node rule and, unless it is still its frontend, delete its managed group
+        (RetryError while AWS holds it). Only when its groups changed, or on a thorough pass (a retry completes
+        an interrupted migration); free otherwise. Bring-your-own LBs keep their per-LB rule: nothing to do."""
+        backend = self.shared.cached(m.ROLE_BACKEND)
+        if backend is None or backend not in group_ids or (not thorough and set(attached) <= set(group_ids)):
+            return
+        group = self._managed_group(lb_name)
+        if group is not None and str(group["GroupId"]) in group_ids:
+            self.revoke_node_access(lb_name, str(group["GroupId"]))  # still its frontend: only the node rule goes
+            return
+        log.info("%s: on the shared groups; retiring its own node rule and group", lb_name)
+        self._delete_managed(lb_name, service_uid, group)
 
     def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
         """Retire the node rules named after the LB, and any from its managed group `lb_group_id`."""
@@ -344,61 +393,15 @@ class SecurityGroups:
         return [r for rules in retire.values() for r in rules]
 
     def node_group_ids(self) -> tuple[str, ...]:
-        """The cluster's node security groups (see the module docstring), cached per execution environment."""
-        key = (self.clients.session.region_name or "", self.vpc_id, self.cluster_name)
-        now = time.monotonic()
-        with _node_groups_lock:
-            cached = _node_groups.get(key)
-        if cached and now - cached[0] < NODE_GROUPS_TTL_SECONDS:
-            return cached[1]
-        found = self._discover_node_groups()
-        if found:  # an empty answer is not cached: the node group may be created any moment
-            with _node_groups_lock:
-                _node_groups[key] = (now, found)
-        return found
+        """The cluster's node security groups (`ccm.aws.node_groups`), cached per execution environment."""
+        return self._node_groups.ids()
 
     def forget_node_groups(self) -> None:
-        with _node_groups_lock:
-            _node_groups.pop((self.clients.session.region_name or "", self.vpc_id, self.cluster_name), None)
-
-    def _discover_node_groups(self) -> tuple[str, ...]:
-        ec2 = self.clients.ec2
-        tagged: list[str] = []
-        for page in ec2.get_paginator("describe_security_groups").paginate(
-            Filters=[self._vpc_filter, {"Name": "tag-key", "Values": [self._cluster_tag]}]
-        ):
-            tagged += [str(g["GroupId"]) for g in page["SecurityGroups"] if not m.is_lb_group(g)]
-        if len(tagged) == 1:
-            return (tagged[0],)
-        instance_groups: list[list[str]] = []
-        for page in ec2.get_paginator("describe_instances").paginate(
-            Filters=[
-                self._vpc_filter,
-                {"Name": "tag-key", "Values": [self._cluster_tag]},
-                {"Name": "instance-state-name", "Values": _LIVE_INSTANCE_STATES},
-            ]
-        ):
-            for reservation in page["Reservations"]:
-                instance_groups += [
-                    [str(g["GroupId"]) for g in inst.get("SecurityGroups", [])] for inst in reservation["Instances"]
-                ]
-        return m.choose_node_groups(tagged, instance_groups)
+        """Forget the node groups and the shared groups (ids, the backend rule): all read again on next need."""
+        self._node_groups.forget()
 
     def _read_node_groups(self) -> list[dict[str, Any]]:
-        for attempt in range(2):
-            ids = self.node_group_ids()
-            if not ids:
-                return []
-            try:
-                groups: list[dict[str, Any]] = self.clients.ec2.describe_security_groups(GroupIds=list(ids))[
-                    "SecurityGroups"
-                ]
-                return groups
-            except ClientError as err:
-                if error_code(err) != "InvalidGroup.NotFound" or attempt:
-                    raise
-                self.forget_node_groups()  # a node group was replaced: discover again once
-        return []
+        return self._node_groups.read()
 
     def _retire(
         self, rules_by_group: Mapping[str, list[IngressRule]], retiring: set[str], exclusive: Collection[str] = ()

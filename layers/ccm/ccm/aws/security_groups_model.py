@@ -1,5 +1,6 @@
 """Security-group decisions as pure functions: the rules a load balancer's managed group must hold, the diff to
-converge a group, the one node rule per load balancer, and which node rules are stale.
+converge a group, the shared groups (backend, default frontend) and their one node rule, the per-LB node rules of
+bring-your-own groups (and the leftovers of the previous design), and which node rules are stale.
 
 Rules are compared as AWS identifies them (protocol, ports, one source); descriptions never take part, so a rule
 whose description was edited by hand is still "present" and costs no call.
@@ -24,6 +25,10 @@ ALL: Final = "-1"  # all protocols (and all ports)
 PATH_MTU: Final = (3, 4)
 PATH_MTU_V6: Final = (2, 0)
 NODE_RULE_PREFIX: Final = "serverless-ccm: from load balancer "
+ROLE_TAG: Final = "serverless-ccm/role"  # marks the shared groups (ROLE_BACKEND, ROLE_FRONTEND): not LB-owned
+ROLE_BACKEND: Final = "backend"
+ROLE_FRONTEND: Final = "frontend-default"
+_EVERYWHERE: Final = ("0.0.0.0/0", "::/0")
 _NODE_RULE = re.compile(r"^serverless-ccm: from load balancer (?P<lb>[A-Za-z0-9-]+)(?: \(service (?P<uid>[^)]*)\))?$")
 # Our load balancer names ("a" + UID without dashes, 32 chars): only these may inherit a shared node rule.
 _OUR_LB_NAME = re.compile(r"^a[0-9a-f]{31}$")
@@ -250,10 +255,11 @@ def tagged_rule_ids(
 
 # -- discovery ---------------------------------------------------------------------------------------------------------
 def is_lb_group(group: Mapping[str, Any]) -> bool:
-    """A cluster-tagged group made for a load balancer (ours or cloud-provider-aws's), not a node group."""
+    """A cluster-tagged group made for load balancers (ours, shared or per LB, or cloud-provider-aws's), not a node
+    group."""
     tags = {t["Key"] for t in group.get("Tags", [])}
     return str(group.get("GroupName", "")).startswith(MANAGED_GROUP_PREFIX) or bool(
-        tags & {names.SERVICE_UID_TAG, names.SERVICE_NAME_TAG}
+        tags & {names.SERVICE_UID_TAG, names.SERVICE_NAME_TAG, ROLE_TAG}
     )
 
 
@@ -285,3 +291,54 @@ def untagged_node_groups_message(cluster_tag: str, vpc_id: str, instance_groups:
         f"no security group of {vpc_id} carries {cluster_tag}, so the load balancer cannot reach the nodes: "
         f"tag {where} with {cluster_tag}=owned (only the group all nodes share)"
     )
+
+
+# -- the two shared groups of the cluster --------------------------------------------------------------------------
+
+
+def shared_group_name(cluster_name: str, role: str) -> str:
+    """Not `k8s-elb-...`: no Service's LB owns it (group names are unique per VPC, so one per cluster)."""
+    return f"serverless-ccm-{role}-{cluster_name}"
+
+
+def open_to_all(config: LoadBalancerConfig, lb_type: str) -> bool:
+    """The Service takes the default source ranges (or names exactly them): everything the LB can receive. Such an
+    LB uses the shared frontend group; its per-LB rules would open the same (see `frontend_default_rules`)."""
+    if config.security_groups:
+        return False
+    dualstack = lb_type == "nlb" and config.ip_address_type == "dualstack"
+    effective = {str(n) for n in config.source_ranges if n.version == 4 or dualstack}
+    return effective == ({"0.0.0.0/0", "::/0"} if dualstack else {"0.0.0.0/0"})
+
+
+def frontend_default_rules() -> frozenset[IngressRule]:
+    """The shared frontend group: TCP and UDP on every port from everywhere, plus the path-MTU ICMP rules. A load
+    balancer accepts traffic only on its listeners' ports, so for an LB open to all this is exactly what its
+    per-listener rules allowed (the group sits on the LB's network interfaces only, never on a node)."""
+    rules = {IngressRule(p, 0, 65535, cidr=c) for p in ("tcp", "udp") for c in _EVERYWHERE}
+    rules |= {IngressRule("icmp", *PATH_MTU, cidr="0.0.0.0/0"), IngressRule("icmpv6", *PATH_MTU_V6, cidr="::/0")}
+    return frozenset(rules)
+
+
+def backend_rule_description(cluster_name: str) -> str:
+    """Deliberately not `NODE_RULE_PREFIX + <lb>`: no LB name is parsed from it, so the stale-rule logic
+    (`lb_named_by`, `stale_node_rules`) can never take the shared rule for a leftover per-LB one."""
+    return f"serverless-ccm: from the load balancers of cluster {cluster_name} (backend group)"
+
+
+def backend_rule(backend_group: str, cluster_name: str) -> IngressRule:
+    """The one node rule of the cluster: all traffic from the backend group that every managed LB carries."""
+    return IngressRule(ALL, -1, -1, source_group=backend_group, description=backend_rule_description(cluster_name))
+
+
+def plan_backend_access(current: Iterable[IngressRule], backend_group: str, cluster_name: str) -> list[IngressRule]:
+    """To authorize on one node group: the backend rule, unless present (whatever its description)."""
+    wanted = backend_rule(backend_group, cluster_name)
+    return [] if wanted in set(current) else [wanted]
+
+
+def shared_role(group: Mapping[str, Any], cluster_tag: str) -> str | None:
+    """ROLE_BACKEND / ROLE_FRONTEND for one of our shared groups (owned by the cluster, role tag), else None."""
+    tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
+    role = tags.get(ROLE_TAG)
+    return role if tags.get(cluster_tag) == "owned" and role in (ROLE_BACKEND, ROLE_FRONTEND) else None

@@ -1,0 +1,99 @@
+"""The cluster's node security groups, discovered once per execution environment (cached 30 minutes).
+
+The cluster-tagged groups of the VPC that are not load-balancer groups (`is_lb_group`: per-LB groups, the shared
+backend and frontend groups); if exactly one, that one (1 read); otherwise cloud-provider-aws's per-instance choice
+over the cluster-tagged instances of the VPC (`choose_node_groups`). Untagged node groups cannot be changed under
+the tag-conditioned IAM policy; tag them. A node group that is gone (InvalidGroup.NotFound) is forgotten and
+discovered again once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+from ccm.aws import names
+from ccm.aws import security_groups_model as m
+from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
+
+NODE_GROUPS_TTL_SECONDS: Final = 1800.0
+_LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
+
+# (region, vpc, cluster) -> (when, node group ids); shared by the threads of one execution environment.
+_node_groups: dict[tuple[str, str, str], tuple[float, tuple[str, ...]]] = {}
+_node_groups_lock = threading.Lock()
+
+
+class NodeGroups:
+    def __init__(self, clients: AwsClients, vpc_id: str, cluster_name: str, on_forget: Callable[[], None]) -> None:
+        self.clients = clients
+        self.vpc_id = vpc_id
+        self.cluster_name = cluster_name
+        self._cluster_tag = names.cluster_tag_key(cluster_name)
+        self._vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
+        self._on_forget = on_forget  # what else was learnt about the node groups (the backend rule) goes too
+
+    def _key(self) -> tuple[str, str, str]:
+        return (self.clients.session.region_name or "", self.vpc_id, self.cluster_name)
+
+    def ids(self) -> tuple[str, ...]:
+        now = time.monotonic()
+        with _node_groups_lock:
+            cached = _node_groups.get(self._key())
+        if cached and now - cached[0] < NODE_GROUPS_TTL_SECONDS:
+            return cached[1]
+        found = self._discover()
+        if found:  # an empty answer is not cached: the node group may be created any moment
+            with _node_groups_lock:
+                _node_groups[self._key()] = (now, found)
+        return found
+
+    def forget(self) -> None:
+        with _node_groups_lock:
+            _node_groups.pop(self._key(), None)
+        self._on_forget()
+
+    def read(self) -> list[dict[str, Any]]:
+        """The node groups as DescribeSecurityGroups answers (rules included); [] when there are none."""
+        for attempt in range(2):
+            ids = self.ids()
+            if not ids:
+                return []
+            try:
+                groups: list[dict[str, Any]] = self.clients.ec2.describe_security_groups(GroupIds=list(ids))[
+                    "SecurityGroups"
+                ]
+                return groups
+            except ClientError as err:
+                if error_code(err) != "InvalidGroup.NotFound" or attempt:
+                    raise
+                self.forget()  # a node group was replaced: discover again once
+        return []
+
+    def _discover(self) -> tuple[str, ...]:
+        ec2 = self.clients.ec2
+        tagged: list[str] = []
+        for page in ec2.get_paginator("describe_security_groups").paginate(
+            Filters=[self._vpc_filter, {"Name": "tag-key", "Values": [self._cluster_tag]}]
+        ):
+            tagged += [str(g["GroupId"]) for g in page["SecurityGroups"] if not m.is_lb_group(g)]
+        if len(tagged) == 1:
+            return (tagged[0],)
+        instance_groups: list[list[str]] = []
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[
+                self._vpc_filter,
+                {"Name": "tag-key", "Values": [self._cluster_tag]},
+                {"Name": "instance-state-name", "Values": _LIVE_INSTANCE_STATES},
+            ]
+        ):
+            for reservation in page["Reservations"]:
+                instance_groups += [
+                    [str(g["GroupId"]) for g in inst.get("SecurityGroups", [])] for inst in reservation["Instances"]
+                ]
+        return m.choose_node_groups(tagged, instance_groups)
