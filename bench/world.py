@@ -98,6 +98,7 @@ class BenchWorld:
         namespace: str = "default",
         annotations: dict[str, str] | None = None,
         load_balancer_class: str | None = None,
+        source_ranges: list[str] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "apiVersion": "v1",
@@ -107,6 +108,8 @@ class BenchWorld:
         }
         if load_balancer_class:
             body["spec"]["loadBalancerClass"] = load_balancer_class
+        if source_ranges:
+            body["spec"]["loadBalancerSourceRanges"] = source_ranges
         created: dict[str, Any] = self.emulator.create(body)
         return created
 

@@ -59,6 +59,9 @@ def measure(lb_type: str) -> dict[str, Any]:
         first = timed("create_cold_environment", bench.delta("Service", "ADDED", bench.create_service("warm", [80])))
         ours = bench.create_service("ours", [80, 443], load_balancer_class=OUR_CLASS)
         create_ours = timed("create_our_class", bench.delta("Service", "ADDED", ours))
+        # Source ranges other than 0.0.0.0/0 need a frontend group of the LB's own.
+        ranged = bench.create_service("ranged", [80, 443], load_balancer_class=OUR_CLASS, source_ranges=["10.0.0.0/8"])
+        create_ranged = timed("create_source_ranges", bench.delta("Service", "ADDED", ranged))
         svc = bench.create_service("calls", [80, 443])
         create = timed("create", bench.delta("Service", "ADDED", svc))
         svc = bench.service("calls")
@@ -90,6 +93,7 @@ def measure(lb_type: str) -> dict[str, Any]:
         "create": _lb(create),
         "create_our_class": _lb(create_ours),
         "create_cold_environment": _lb(first),
+        "create_source_ranges": _lb(create_ranged),
         "noop": _lb(noop),
         "add_node": _lb(add_node),
         "delete": _lb(delete),
@@ -115,6 +119,7 @@ def measure(lb_type: str) -> dict[str, Any]:
             "create": _summary(create),
             "create_our_class": _summary(create_ours),
             "create_cold_environment": _summary(first),
+            "create_source_ranges": _summary(create_ranged),
             "delete_echo": _summary(echo),
             "noop": _summary(noop),
             "noop_duplicate_delivery": _summary(duplicate),
@@ -131,10 +136,13 @@ def run() -> dict[str, Any]:
         "nlb": measure("nlb"),
         "clb": measure("clb"),
         "anchor": CLOUD_PROVIDER_AWS,
-        "notes": "create/noop/add_node/delete count ELB, EC2 (incl. the managed security group and the node rule) and "
-        "tagging API calls, the anchor's scope; membership-table DynamoDB calls are under <type>.dynamodb. delete = "
-        "the pass deleting the LB plus the retry once AWS released the security group (delete_passes; "
-        "delete_retry_pass = what each retry costs while AWS still holds it). noop = "
-        "periodic SYNC resync (thorough pass). Security-group discovery of the node group is paid once per "
-        "execution environment (in create here).",
+        "notes": "Counts of ELB, EC2 and tagging API calls (the anchor's scope); the membership table's DynamoDB "
+        "calls are under <type>.dynamodb. create = a claimed Service (no loadBalancerClass: one read, since "
+        "cloud-provider-aws names its LBs alike), create_our_class = our loadBalancerClass (created without "
+        "looking), create_source_ranges = our class with its own frontend group, all in a warm execution "
+        "environment; create_cold_environment = the first create of an environment (subnet discovery, the shared "
+        "security groups and their node rule). noop = a periodic SYNC or a duplicate delivery, read against the "
+        "checkpoint (ccm.aws.applied); noop_full_read = the full read-and-repair it makes once in full_read_every "
+        "resyncs (and on every retry); noop_average = their mean. delete = every pass of the delete (delete_passes), "
+        "delete_echo = the DELETED event of our own delete.",
     }
