@@ -7,6 +7,7 @@ step is idempotent, and a crash at any line is repaired by the retry (which runs
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +50,7 @@ class Outcome:
     events: list[str] = field(default_factory=list)
     invalid: str | None = None
     refused: list[str] = field(default_factory=list)  # deletes a message asked for that its resources refuted
+    status_written_at: float = 0.0  # when the first status write of this pass landed (the hostname's latency)
 
 
 class ServiceReconciler:
@@ -271,7 +273,10 @@ class ServiceReconciler:
         current = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
         if ingress_equal(current, ingress):
             return
-        outcome.status_written = self.kube.patch_load_balancer_status(svc, ingress)
+        written = self.kube.patch_load_balancer_status(svc, ingress)
+        if written and not outcome.status_written_at:
+            outcome.status_written_at = time.time()
+        outcome.status_written = outcome.status_written or written
 
     def _event(self, svc: KubeObject, outcome: Outcome, event_type: str, reason: str, message: str) -> None:
         outcome.events.append(reason)

@@ -122,7 +122,7 @@ class ServiceRuntime(FifoBatchRuntime):
             metrics.add_metric(
                 name="EndToEndLatency",
                 unit=MetricUnit.Milliseconds,
-                value=max(0.0, (done - delta.observed_at) * 1000),
+                value=max(0.0, ((outcome.status_written_at or done) - delta.observed_at) * 1000),
                 resolution=MetricResolution.High,
             )
         logger.info(
