@@ -21,7 +21,7 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups import SecurityGroups
 from ccm.config import Settings
 from ccm.contracts.cloud import PassFlags
-from ccm.contracts.messages import delta_for, parse_delta
+from ccm.contracts.messages import REPAIR, delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.sweeper import runtime as sweeper_runtime
@@ -272,6 +272,7 @@ def test_a_listener_edited_by_hand_requeues_the_service_and_the_reconciler_repai
     (message,) = stack.messages()
     delta = parse_delta(message["Body"])
     assert (delta.kind, delta.type, delta.key, delta.uid) == ("Service", "SYNC", "default/web", svc["metadata"]["uid"])
+    assert delta.object[REPAIR] is True  # the reconcile reads AWS in full, never trusts its checkpoint
     assert message["Attributes"]["MessageGroupId"] == "default/web"
     (event,) = stack.events("DriftRepaired")
     assert event["type"] == "Warning" and "listener 80 missing" in event["message"]

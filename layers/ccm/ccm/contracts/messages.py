@@ -179,6 +179,11 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+# In the object of the sweeper's SYNC: it saw drift, so the reconcile must read AWS in full instead of trusting its
+# checkpoint of what was applied (a forged flag costs one full read, nothing more).
+REPAIR: Final = "repair"
+
+
 def trim_service(svc: dict[str, Any]) -> dict[str, Any]:
     """The fields a service reconciler (or a relevance filter) needs; never the whole object."""
     meta, spec = _meta(svc), svc.get("spec") or {}

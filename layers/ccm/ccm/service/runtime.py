@@ -23,7 +23,7 @@ from ccm.batch import Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, LoadBalancer, PassFlags
-from ccm.contracts.messages import HEARTBEAT, Delta, InvalidDelta, hosts_delay, parse_delta
+from ccm.contracts.messages import HEARTBEAT, REPAIR, Delta, InvalidDelta, hosts_delay, parse_delta
 from ccm.logs import log_fields
 from ccm.retry import retry_for
 from ccm.senders import Senders, sender_refusal
@@ -86,7 +86,7 @@ class ServiceRuntime(FifoBatchRuntime):
             thorough=attempt > 1 or delta.type in ("SYNC", "DELETED"),
             check_attributes=delta.type != "HOSTS",  # a host update only touches targets
             # A first attempt may trust the checkpoint of what was applied; a retry reads everything again.
-            trust_applied=attempt == 1,
+            trust_applied=attempt == 1 and not delta.object.get(REPAIR),
         )
         self.clients.counter.reset_thread()
         try:

@@ -11,6 +11,7 @@ import enum
 import hashlib
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Final
 
 from botocore.exceptions import ClientError
@@ -20,7 +21,7 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import kube as p
-from ccm.contracts.messages import delta_for, message_group_id
+from ccm.contracts.messages import REPAIR, delta_for, message_group_id
 from ccm.sweeper.drift import Drift
 from ccm.sweeper.model import Kind, Resource, cluster_owned
 
@@ -90,6 +91,7 @@ class Actions:
             entries = []
             for i, drift in enumerate(chunk):
                 delta = delta_for("Service", "SYNC", drift.service, observed_at=now)
+                delta = replace(delta, object={**delta.object, REPAIR: True})  # read in full, never the checkpoint
                 meta = p.meta(drift.service)
                 dedup = f"sweeper/{meta.get('uid')}/{meta.get('resourceVersion')}/{int(now)}"
                 entries.append(

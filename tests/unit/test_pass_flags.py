@@ -1,0 +1,89 @@
+"""Which passes may trust the checkpoint of what was applied (ccm.aws.applied): the services runtime decides it per
+record. A first attempt may; a retry, and the sweeper's SYNC after it saw drift, must read AWS in full."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from ccm.config import Settings
+from ccm.contracts.cloud import PassFlags
+from ccm.contracts.messages import REPAIR, delta_for
+from ccm.service.decisions import Action
+from ccm.service.reconciler import Outcome
+from ccm.service.runtime import ServiceRuntime
+from tests.factories import service
+
+
+class Counting:
+    def reset_thread(self) -> None: ...
+    def thread_calls(self) -> Counter[str]:
+        return Counter()
+
+    def thread_throttles(self) -> int:
+        return 0
+
+    def mutating(self, calls: Mapping[str, int]) -> int:
+        return 0
+
+
+class Clients:
+    counter = Counting()
+
+    def client(self, service: str) -> Any:
+        raise AssertionError("no SDK call expected")
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.flags: list[PassFlags] = []
+
+    def reconcile(self, delta: Any, flags: PassFlags) -> Outcome:
+        self.flags.append(flags)
+        return Outcome(Action.NOTHING)
+
+
+def record(body: str, receive_count: int) -> SQSRecord:
+    now = str(int(time.time() * 1000))
+    return SQSRecord(
+        {
+            "messageId": "m",
+            "receiptHandle": "r",
+            "body": body,
+            "attributes": {
+                "ApproximateReceiveCount": str(receive_count),
+                "SentTimestamp": now,
+                "SenderId": "AROAEXAMPLE:watcher",
+            },
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q.fifo",
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("event_type", "receive_count", "repair", "trusted"),
+    [
+        ("SYNC", 1, False, True),
+        ("MODIFIED", 1, False, True),
+        ("SYNC", 2, False, False),  # a retry: an earlier attempt may have crashed between two calls
+        ("SYNC", 1, True, False),  # the sweeper saw drift: the checkpoint is what drifted from AWS
+    ],
+)
+def test_only_first_attempts_without_drift_trust_the_checkpoint(
+    event_type: str, receive_count: int, repair: bool, trusted: bool
+) -> None:
+    reconciler = Recording()
+    runtime = ServiceRuntime(Settings("c", "vpc-1"), Clients(), reconciler, None)  # type: ignore[arg-type]
+    delta = delta_for("Service", event_type, service())
+    if repair:
+        delta.object[REPAIR] = True
+    runtime.handle_record(record(delta.to_body(), receive_count))
+    (flags,) = reconciler.flags
+    assert flags.trust_applied is trusted
