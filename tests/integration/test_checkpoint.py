@@ -4,6 +4,7 @@ target group gone, orphans carrying the UID tag)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import boto3
@@ -16,6 +17,8 @@ from ccm.aws.clients import CallCounter
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import PassFlags, RetryError
+from devstack import aws_faithful
+from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
 
@@ -258,3 +261,23 @@ def test_the_hostname_is_published_right_after_create_load_balancer(world: World
     assert not {op for op in calls_then if "Listener" in op or "Register" in op or "HealthCheck" in op}
     assert env.lbs.ensure_load_balancer(CLUSTER, svc, world.nodes(), PassFlags(), publish) == final
     assert len(seen) == 1  # an existing LB publishes nothing early
+
+
+def test_a_delete_waiting_on_its_security_group_does_not_delete_the_lb_twice(env: Env):
+    aws_faithful.install(FaithfulSettings(sg_release_seconds=1.0, eventual_consistency=False))
+    svc = env.created(loadBalancerSourceRanges=["10.0.0.0/8"])  # its own frontend group, which AWS holds a while
+    uid = svc["metadata"]["uid"]
+    deletes, waits = 0, 0
+    for _ in range(100):
+        env.world.clients.counter.reset_thread()
+        try:
+            env.lbs.delete_for_uid(uid, CLUSTER)
+            done = True
+        except RetryError:
+            done, waits = False, waits + 1
+            time.sleep(0.1)
+        deletes += env.world.clients.counter.thread_calls()["elbv2:DeleteLoadBalancer"]
+        if done:
+            break
+    assert done and waits > 0 and deletes == 1
+    assert env.lbs.applied_for(uid) is False

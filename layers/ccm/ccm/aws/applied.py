@@ -133,6 +133,8 @@ def to_item(applied: Applied) -> dict[str, Any]:
         "sgs": {"L": [_s(g) for g in applied.security_groups]},
         "verified": {"N": repr(round(applied.verified_at, 3))},
     }
+    if applied.released:
+        item["released"] = {"BOOL": True}
     return item
 
 
@@ -150,4 +152,5 @@ def from_item(item: dict[str, Any]) -> Applied:
         targets=frozenset(t["S"] for t in item.get("targets", {}).get("L", [])),
         security_groups=tuple(g["S"] for g in item.get("sgs", {}).get("L", [])),
         verified_at=float(item.get("verified", {}).get("N", "0")),
+        released=bool(item.get("released", {}).get("BOOL")),
     )

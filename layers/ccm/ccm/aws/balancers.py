@@ -134,7 +134,9 @@ class LoadBalancers:
         except (InvalidServiceConfig, ImplementedElsewhere):
             return None  # the full pass says why
         applied = self.applied.get(p.meta(service)["uid"])
-        if applied is None or applied.deleted or applied.lb_type != lb_type or applied.fingerprint != fingerprint:
+        if applied is None or applied.deleted or applied.released:
+            return None
+        if applied.lb_type != lb_type or applied.fingerprint != fingerprint:
             return None
         return driver, fingerprint, applied
 
@@ -197,7 +199,8 @@ class LoadBalancers:
     def _delete_applied(self, applied: Applied, cluster_name: str | None) -> bool:
         """False when something else carries the UID tag: the by-name path then deletes it too."""
         tagged = tagged_elb_arns(self.tagging, applied.uid) if self.tagging is not None else set()
-        self.drivers[applied.lb_type].delete_applied(applied)
+        if not applied.released:
+            self.drivers[applied.lb_type].delete_applied(applied)
         known = {applied.lb_id, *(arn for arn, _ in applied.target_groups)}
         # A Classic ELB is recorded by name; the tagging API answers its ARN (...:loadbalancer/<name>).
         if leftover := sorted(a for a in tagged if a not in known and a.rsplit("loadbalancer/", 1)[-1] not in known):
@@ -208,7 +211,13 @@ class LoadBalancers:
             # What the LB carried, as recorded: the shared groups alone mean no group or node rule of its own (no
             # call); no creation time, so no read-after-create check (the record is durable, unlike a name read).
             self.security_groups.before_lb_delete({"LoadBalancerName": name, "SecurityGroups": applied.security_groups})
-            self.security_groups.delete_lb_group(name, applied.uid)
+            try:
+                self.security_groups.delete_lb_group(name, applied.uid)
+            except RetryError:
+                # AWS holds the group a while: the retry deletes only the group, not the LB a second time.
+                if not applied.released and self.applied is not None:
+                    self.applied.put(replace(applied, released=True))
+                raise
         return True
 
     def _delete_by_name(self, uid: str, cluster_name: str | None) -> None:

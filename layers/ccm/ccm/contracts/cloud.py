@@ -122,6 +122,7 @@ class Applied:
     security_groups: tuple[str, ...] = ()  # the load balancer's groups when applied
     verified_at: float = 0.0
     deleted: bool = False  # a tombstone: everything was deleted (kept a day, so echoes of the delete cost nothing)
+    released: bool = False  # the LB and its target groups are deleted; only its own security group is left
 
 
 @dataclass(frozen=True, slots=True)
