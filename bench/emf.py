@@ -1,6 +1,6 @@
 """Collects what the handlers print (Powertools JSON logs and EMF metric blobs), fed from a function's log lines as
 the devstack runner keeps them (EventSourceRunner.logs): the per-record figures the functions publish themselves
-(EndToEndLatency, ReconcileDuration, AwsCalls) are read back from their EMF output, what CloudWatch would ingest."""
+(EndToEndLatency, ReconcileDuration) are read back from their EMF output, AwsCalls from the records' log lines, what CloudWatch would ingest."""
 
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ class EmfCapture(io.TextIOBase):
             return
         self.lines += 1
         if '"_aws"' not in line:
+            if '"aws_calls"' in line:
+                self._log_fields(line)
             return
         try:
             blob: dict[str, Any] = json.loads(line)
@@ -59,6 +61,15 @@ class EmfCapture(io.TextIOBase):
                 value = blob.get(name)
                 if value is not None:
                     self.values[name].extend(value if isinstance(value, list) else [value])
+
+    def _log_fields(self, line: str) -> None:
+        """A record's log line (ccm.call_metrics): its AWS call total is a log field, not a metric (cost)."""
+        try:
+            blob = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(blob, dict) and isinstance(blob.get("aws_calls"), int):
+            self.values["AwsCalls"].append(float(blob["aws_calls"]))
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

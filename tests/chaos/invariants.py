@@ -11,6 +11,7 @@ from typing import Any
 from botocore.config import Config
 
 from ccm.contracts import kube as p
+from ccm.aws.security_groups_model import ROLE_TAG
 from devstack.aws import client
 from devstack.stack import Stack
 from tests.e2e.helpers import lb_name
@@ -212,6 +213,10 @@ def violations(stack: Stack, namespace: str, model: dict[str, Expected], baselin
             uid = item["tags"].get(SERVICE_UID_TAG, "")
             if kind != "security group" and not item["tags"]:
                 continue  # untagged ELB resources are not ours (none exist in the devstack)
+            if kind == "security group" and ROLE_TAG in item["tags"]:
+                # The cluster's shared backend / default frontend groups: cluster infrastructure, no Service's.
+                owned.add(ident)
+                continue
             if uid not in live_uids:
                 problems.append(f"leak: {kind} {ident} of {item['tags'].get(SERVICE_NAME_TAG)} uid {uid or '-'}")
             owned.add(ident)
