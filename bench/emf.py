@@ -1,6 +1,7 @@
 """Collects what the handlers print (Powertools JSON logs and EMF metric blobs), fed from a function's log lines as
 the devstack runner keeps them (EventSourceRunner.logs): the per-record figures the functions publish themselves
-(EndToEndLatency, ReconcileDuration) are read back from their EMF output, AwsCalls from the records' log lines, what CloudWatch would ingest."""
+(EndToEndLatency, ReconcileDuration) are read back from their EMF output, what CloudWatch would ingest, and the AWS
+call total (AwsCalls) from each record's log line."""
 
 from __future__ import annotations
 

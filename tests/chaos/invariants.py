@@ -10,8 +10,8 @@ from typing import Any
 
 from botocore.config import Config
 
-from ccm.contracts import kube as p
 from ccm.aws.security_groups_model import ROLE_TAG
+from ccm.contracts import kube as p
 from devstack.aws import client
 from devstack.stack import Stack
 from tests.e2e.helpers import lb_name
