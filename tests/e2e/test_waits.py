@@ -28,7 +28,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def test_a_security_group_held_longer_than_the_old_dlq_budget_is_waited_out(stack: Stack):
-    create_service(stack, "held", [80])
+    # Source ranges of its own: its own frontend group, the one AWS holds (a default-range LB uses the cluster's
+    # shared groups and has no group to delete).
+    create_service(stack, "held", [80], loadBalancerSourceRanges=["10.0.0.0/8"])
     stack.wait_for(lambda: hostname(stack, "held"), timeout=60, what="held's load balancer")
 
     with held_security_groups(times=HELD) as hold:

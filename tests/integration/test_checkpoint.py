@@ -281,3 +281,22 @@ def test_a_delete_waiting_on_its_security_group_does_not_delete_the_lb_twice(env
             break
     assert done and waits > 0 and deletes == 1
     assert env.lbs.applied_for(uid) is False
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_a_delete_never_names_a_resource_that_is_gone(world: World, lb_type: str):
+    """IAM judges a delete by the resource's tags: a resource already gone has none, so real AWS answers
+    AccessDenied (not NotFound). What the tagging API does not list is read before it is deleted."""
+    env = Env(world, lb_type)
+    svc = env.created()
+    uid = svc["metadata"]["uid"]
+    if lb_type == "nlb":
+        (lb,) = env.elbv2.describe_load_balancers()["LoadBalancers"]
+        env.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
+        for tg in env.elbv2.describe_target_groups()["TargetGroups"]:
+            env.elbv2.delete_target_group(TargetGroupArn=tg["TargetGroupArn"])
+    else:
+        boto3.client("elb", region_name=REGION).delete_load_balancer(LoadBalancerName=env.table.get(uid).lb_id)  # type: ignore[union-attr]
+    _, calls = env.calls(env.lbs.delete_for_uid, uid, CLUSTER)
+    assert not [op for op in calls if op.endswith(("DeleteLoadBalancer", "DeleteTargetGroup"))], calls
+    assert env.lbs.applied_for(uid) is False

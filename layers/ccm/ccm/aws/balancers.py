@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from botocore.exceptions import ClientError
 
@@ -200,7 +201,7 @@ class LoadBalancers:
         """False when something else carries the UID tag: the by-name path then deletes it too."""
         tagged = tagged_elb_arns(self.tagging, applied.uid) if self.tagging is not None else set()
         if not applied.released:
-            self.drivers[applied.lb_type].delete_applied(applied)
+            self.drivers[applied.lb_type].delete_applied(applied, frozenset(tagged))
         known = {applied.lb_id, *(arn for arn, _ in applied.target_groups)}
         # A Classic ELB is recorded by name; the tagging API answers its ARN (...:loadbalancer/<name>).
         if leftover := sorted(a for a in tagged if a not in known and a.rsplit("loadbalancer/", 1)[-1] not in known):
@@ -210,7 +211,12 @@ class LoadBalancers:
             name = names.load_balancer_name(applied.uid)
             # What the LB carried, as recorded: the shared groups alone mean no group or node rule of its own (no
             # call); no creation time, so no read-after-create check (the record is durable, unlike a name read).
-            self.security_groups.before_lb_delete({"LoadBalancerName": name, "SecurityGroups": applied.security_groups})
+            # A young LB's own group may not be readable by name yet (EC2 reads are eventually consistent): the
+            # recorded creation time lets before_lb_delete wait for it, as for an LB read from AWS.
+            created = datetime.fromtimestamp(applied.created_at, UTC) if applied.created_at else None
+            self.security_groups.before_lb_delete(
+                {"LoadBalancerName": name, "SecurityGroups": list(applied.security_groups), "CreatedTime": created}
+            )
             try:
                 self.security_groups.delete_lb_group(name, applied.uid)
             except RetryError:

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -50,6 +51,11 @@ from ccm.contracts.cloud import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _epoch(created: Any) -> float:
+    """DescribeLoadBalancers' CreatedTime (a datetime in boto3) as epoch seconds; now for one just created."""
+    return created.timestamp() if isinstance(created, datetime) else time.time()
 
 
 def _status(dns_name: str) -> LoadBalancerStatus:
@@ -145,6 +151,7 @@ class ClassicLoadBalancers:
             hostname=observed.dns_name,
             targets=desired.instances - frozenset(refused),
             security_groups=tuple(groups or (lb or {}).get("SecurityGroups") or ()),
+            created_at=_epoch((lb or {}).get("CreatedTime")),
             # Refused instances and an unreachable node group are retried by the next pass, which must be full.
             verified_at=0.0 if refused or unreachable else time.time(),
         )
@@ -172,9 +179,11 @@ class ClassicLoadBalancers:
             raise RetryError(f"{applied.lb_id} is gone: reading it in full", delay_seconds=1) from err
         return refused
 
-    def delete_applied(self, applied: Applied) -> None:
-        # Idempotent in this API: deleting a Classic ELB that does not exist succeeds.
-        self.elb.delete_load_balancer(LoadBalancerName=applied.lb_id)
+    def delete_applied(self, applied: Applied, confirmed: frozenset[str]) -> None:
+        # The API deletes a missing Classic ELB without complaint, but IAM would deny it (no tags to judge).
+        listed = any(arn.endswith(f":loadbalancer/{applied.lb_id}") for arn in confirmed)
+        if listed or self._describe_lb(applied.lb_id) is not None:
+            self.elb.delete_load_balancer(LoadBalancerName=applied.lb_id)
 
     def update_load_balancer(
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -53,6 +54,11 @@ from ccm.contracts.cloud import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _epoch(created: Any) -> float:
+    """DescribeLoadBalancers' CreatedTime (a datetime in boto3) as epoch seconds; now when absent."""
+    return created.timestamp() if isinstance(created, datetime) else time.time()
 
 
 class NetworkLoadBalancers:
@@ -137,6 +143,7 @@ class NetworkLoadBalancers:
             target_groups=tuple((arn_by_name[ls.target_group.name], ls.target_group.port) for ls in desired.listeners),
             targets=frozenset(desired.listeners[0].target_group.targets) - frozenset(refused),
             security_groups=tuple(group_ids or lb.get("SecurityGroups") or ()),
+            created_at=_epoch(lb.get("CreatedTime")),
             # Refused targets and an unreachable node group are retried by the next pass, which must be full.
             verified_at=0.0 if refused or unreachable else time.time(),
         )
@@ -181,14 +188,24 @@ class NetworkLoadBalancers:
             raise RetryError(f"a target group of {applied.lb_id} is gone: reading it in full", delay_seconds=1) from err
         return sorted(refused)
 
-    def delete_applied(self, applied: Applied) -> None:
-        try:
-            self.clients.elbv2.delete_load_balancer(LoadBalancerArn=applied.lb_id)  # its listeners go with it
-        except ClientError as err:
-            if error_code(err) != "LoadBalancerNotFound":
-                raise
+    def delete_applied(self, applied: Applied, confirmed: frozenset[str]) -> None:
+        if applied.lb_id in confirmed or self.active_hostname(applied) is not None:
+            try:
+                self.clients.elbv2.delete_load_balancer(LoadBalancerArn=applied.lb_id)  # its listeners go with it
+            except ClientError as err:
+                if error_code(err) != "LoadBalancerNotFound":
+                    raise
         for arn, _ in applied.target_groups:
-            self._delete_target_group(arn)
+            if arn in confirmed or self._target_group_exists(arn):
+                self._delete_target_group(arn)
+
+    def _target_group_exists(self, arn: str) -> bool:
+        try:
+            return bool(self.clients.elbv2.describe_target_groups(TargetGroupArns=[arn])["TargetGroups"])
+        except ClientError as err:
+            if error_code(err) == "TargetGroupNotFound":
+                return False
+            raise
 
     def _subnets(
         self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool = False

@@ -123,6 +123,7 @@ class Applied:
     verified_at: float = 0.0
     deleted: bool = False  # a tombstone: everything was deleted (kept a day, so echoes of the delete cost nothing)
     released: bool = False  # the LB and its target groups are deleted; only its own security group is left
+    created_at: float = 0.0  # the LB's creation (epoch seconds): a young LB's groups may not be readable yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +242,10 @@ class LoadBalancerDriver(Protocol):
         returns the instances AWS refused. Raises RetryError when a stored id is gone (a full pass follows)."""
         ...
 
-    def delete_applied(self, applied: Applied) -> None:
-        """Delete the LB and its target groups by the stored ids (gone is done); RetryError while AWS holds one."""
+    def delete_applied(self, applied: Applied, confirmed: frozenset[str]) -> None:
+        """Delete the LB and its target groups by the stored ids; RetryError while AWS holds one. `confirmed`: ARNs
+        the tagging API just listed with our UID tag; any other id is read first, because IAM judges a delete by
+        the resource's tags and a resource that is gone has none (AccessDenied, not NotFound)."""
         ...
 
 
