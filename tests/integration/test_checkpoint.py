@@ -93,7 +93,7 @@ def env(world: World) -> Env:
     return Env(world)
 
 
-def test_a_converged_service_costs_one_read_until_its_full_read_is_due(env: Env):
+def test_a_converged_service_costs_one_read_until_its_full_read_is_due(env: Env) -> None:
     svc = env.created()
     status, calls = env.calls(env.lbs.ensure_unchanged, CLUSTER, svc)
     assert status is not None and status.ingress[0].hostname.startswith("a")
@@ -102,7 +102,7 @@ def test_a_converged_service_costs_one_read_until_its_full_read_is_due(env: Env)
     assert env.lbs.ensure_unchanged(CLUSTER, svc) is None
 
 
-def test_a_changed_spec_never_matches_the_checkpoint(env: Env):
+def test_a_changed_spec_never_matches_the_checkpoint(env: Env) -> None:
     svc = env.created()
     changed = {
         **svc,
@@ -116,7 +116,7 @@ def test_a_changed_spec_never_matches_the_checkpoint(env: Env):
     assert env.lbs.ensure_unchanged(CLUSTER, changed) is None
 
 
-def test_a_load_balancer_deleted_behind_our_back_is_noticed_and_recreated(env: Env):
+def test_a_load_balancer_deleted_behind_our_back_is_noticed_and_recreated(env: Env) -> None:
     svc = env.created()
     (lb,) = env.elbv2.describe_load_balancers()["LoadBalancers"]
     env.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
@@ -126,7 +126,7 @@ def test_a_load_balancer_deleted_behind_our_back_is_noticed_and_recreated(env: E
     assert env.lbs.ensure_unchanged(CLUSTER, svc) is not None
 
 
-def test_host_updates_apply_only_the_difference_by_stored_arns(env: Env):
+def test_host_updates_apply_only_the_difference_by_stored_arns(env: Env) -> None:
     svc = env.created()
     nodes = env.world.nodes()
     _, calls = env.calls(env.lbs.update_load_balancer, CLUSTER, svc, nodes[:2], FIRST)
@@ -139,7 +139,7 @@ def test_host_updates_apply_only_the_difference_by_stored_arns(env: Env):
     assert env.registered() == {30080: set(env.world.instances), 30443: set(env.world.instances)}
 
 
-def test_a_target_group_gone_drops_the_checkpoint_and_the_retry_reads_everything(env: Env):
+def test_a_target_group_gone_drops_the_checkpoint_and_the_retry_reads_everything(env: Env) -> None:
     svc = env.created()
     (lb,) = env.elbv2.describe_load_balancers()["LoadBalancers"]
     listeners = env.elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"]
@@ -153,7 +153,7 @@ def test_a_target_group_gone_drops_the_checkpoint_and_the_retry_reads_everything
     assert env.registered() == {30080: {env.world.instances[0]}, 30443: {env.world.instances[0]}}
 
 
-def test_delete_by_the_checkpoint_then_its_echo_costs_nothing(env: Env):
+def test_delete_by_the_checkpoint_then_its_echo_costs_nothing(env: Env) -> None:
     svc = env.created()
     uid = svc["metadata"]["uid"]
     env.world.clients.counter.reset_thread()
@@ -170,7 +170,7 @@ def test_delete_by_the_checkpoint_then_its_echo_costs_nothing(env: Env):
     assert calls == {}
 
 
-def test_an_orphan_carrying_the_uid_tag_is_deleted_with_the_rest(env: Env):
+def test_an_orphan_carrying_the_uid_tag_is_deleted_with_the_rest(env: Env) -> None:
     svc = env.created()
     uid = svc["metadata"]["uid"]
     # A crash between two calls of an earlier pass left a target group the checkpoint does not know.
@@ -194,7 +194,7 @@ def test_an_orphan_carrying_the_uid_tag_is_deleted_with_the_rest(env: Env):
     assert env.elbv2.describe_target_groups()["TargetGroups"] == []
 
 
-def test_first_sight_of_our_class_creates_without_looking(env: Env):
+def test_first_sight_of_our_class_creates_without_looking(env: Env) -> None:
     svc = service(ports=[(80, 30080)])
     svc["spec"]["loadBalancerClass"] = OUR_CLASS
     _, calls = env.calls(
@@ -213,7 +213,7 @@ def test_first_sight_of_our_class_creates_without_looking(env: Env):
     assert calls["elbv2:DescribeLoadBalancers"] == 1
 
 
-def test_an_adopted_load_balancer_is_tagged_before_it_is_checkpointed(env: Env):
+def test_an_adopted_load_balancer_is_tagged_before_it_is_checkpointed(env: Env) -> None:
     svc = env.created()
     uid = svc["metadata"]["uid"]
     (lb,) = env.elbv2.describe_load_balancers()["LoadBalancers"]
@@ -225,14 +225,14 @@ def test_an_adopted_load_balancer_is_tagged_before_it_is_checkpointed(env: Env):
     assert env.table.get(uid) is not None
 
 
-def test_the_fingerprint_does_not_depend_on_set_order_or_hash_seed():
+def test_the_fingerprint_does_not_depend_on_set_order_or_hash_seed() -> None:
     assert fingerprint({"b": frozenset({"x", "y", "z"}), "a": (1, 2)}) == fingerprint(
         {"a": [1, 2], "b": {"z", "y", "x"}}
     )
     assert fingerprint("nlb", 1) != fingerprint("clb", 1)
 
 
-def test_a_classic_elb_noop_costs_one_read_and_a_host_update_one_call(world: World):
+def test_a_classic_elb_noop_costs_one_read_and_a_host_update_one_call(world: World) -> None:
     env = Env(world, "clb")
     svc = env.created()
     _, calls = env.calls(env.lbs.ensure_unchanged, CLUSTER, svc)
@@ -243,7 +243,7 @@ def test_a_classic_elb_noop_costs_one_read_and_a_host_update_one_call(world: Wor
 
 
 @pytest.mark.parametrize("lb_type", ["nlb", "clb"])
-def test_the_hostname_is_published_right_after_create_load_balancer(world: World, lb_type: str):
+def test_the_hostname_is_published_right_after_create_load_balancer(world: World, lb_type: str) -> None:
     env = Env(world, lb_type)
     seen: list[tuple[str, dict[str, int]]] = []
 
@@ -263,7 +263,7 @@ def test_the_hostname_is_published_right_after_create_load_balancer(world: World
     assert len(seen) == 1  # an existing LB publishes nothing early
 
 
-def test_a_delete_waiting_on_its_security_group_does_not_delete_the_lb_twice(env: Env):
+def test_a_delete_waiting_on_its_security_group_does_not_delete_the_lb_twice(env: Env) -> None:
     aws_faithful.install(FaithfulSettings(sg_release_seconds=1.0, eventual_consistency=False))
     svc = env.created(loadBalancerSourceRanges=["10.0.0.0/8"])  # its own frontend group, which AWS holds a while
     uid = svc["metadata"]["uid"]
@@ -284,7 +284,7 @@ def test_a_delete_waiting_on_its_security_group_does_not_delete_the_lb_twice(env
 
 
 @pytest.mark.parametrize("lb_type", ["nlb", "clb"])
-def test_a_delete_never_names_a_resource_that_is_gone(world: World, lb_type: str):
+def test_a_delete_never_names_a_resource_that_is_gone(world: World, lb_type: str) -> None:
     """IAM judges a delete by the resource's tags: a resource already gone has none, so real AWS answers
     AccessDenied (not NotFound). What the tagging API does not list is read before it is deleted."""
     env = Env(world, lb_type)
