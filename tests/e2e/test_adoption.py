@@ -23,7 +23,6 @@ from tests.e2e.helpers import (
     read_service,
     record_calls,
     running_stack,
-    security_group,
 )
 
 
@@ -105,16 +104,25 @@ def test_a_clb_made_by_cloud_provider_aws_is_adopted_in_place(stack: Stack):
     names = [d["LoadBalancerName"] for d in stack.aws("elb").describe_load_balancers()["LoadBalancerDescriptions"]]
     assert names == [lb_name(svc)]
     assert stack.aws("elbv2").describe_load_balancers()["LoadBalancers"] == []
-    # Reconciled in place: our ownership tag added, the upstream group reused (no second one), ONE node rule.
+    # Reconciled in place: our ownership tag added; the upstream per-LB group is replaced by the cluster's shared
+    # groups (default source ranges: the shared frontend, and the backend every LB carries), its node rule retired
+    # and the group deleted, so the node group keeps ONE rule for every LB (docs/security.md).
     assert after["Tags"]["serverless-ccm/service-uid"] == svc["metadata"]["uid"]
     assert after["Tags"]["kubernetes.io/cluster/devstack"] == "owned"
-    group = managed_group(stack, svc)
-    assert group is not None and after["SecurityGroups"] == before["SecurityGroups"] == [group["GroupId"]]
-    assert len(node_rules_from(stack, group["GroupId"])) == 1
+    (upstream,) = before["SecurityGroups"]
+    shared = {
+        g["GroupId"]
+        for g in stack.aws("ec2").describe_security_groups(
+            Filters=[{"Name": "tag-key", "Values": ["serverless-ccm/role"]}]
+        )["SecurityGroups"]
+    }
+    assert len(shared) == 2 and set(after["SecurityGroups"]) == shared
+    stack.wait_for(lambda: managed_group(stack, svc) is None, timeout=60, what="the upstream group retired")
+    assert not node_rules_from(stack, upstream)
+    assert sum(len(node_rules_from(stack, g)) for g in shared) == 1  # the backend's one rule
     assert {p: d["Listener"]["InstancePort"] for p, d in after["Listeners"].items()} == node_ports(svc)
     assert sorted(i["InstanceId"] for i in after["Instances"]) == sorted(stack.state()["instances"])
-    assert security_group(stack, group["GroupId"])["IpPermissions"]  # the ranges stay open
 
     gone(stack, svc)
     assert clb(stack, svc) is None and managed_group(stack, svc) is None
-    assert not node_rules_from(stack, group["GroupId"])
+    assert sum(len(node_rules_from(stack, g)) for g in shared) == 1  # the shared rule serves the next LB

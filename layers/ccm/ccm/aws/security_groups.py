@@ -357,8 +357,25 @@ class SecurityGroups:
         if group is not None and str(group["GroupId"]) in group_ids:
             self.revoke_node_access(lb_name, str(group["GroupId"]))  # still its frontend: only the node rule goes
             return
+        if group is None and (replaced := sorted(set(attached) - set(group_ids))):
+            group = self._replaced_group(lb_name, replaced)
         log.info("%s: on the shared groups; retiring its own node rule and group", lb_name)
         self._delete_managed(lb_name, service_uid, group)
+
+    def _replaced_group(self, lb_name: str, replaced: list[str]) -> dict[str, Any] | None:
+        """The LB's own group among those it carried before this pass, read by id: a name read may not see a group
+        made moments ago (EC2 reads are eventually consistent; cloud-provider-aws may have just made it), and
+        concluding "none" would leave it, and its node rule, behind. Not readable yet: RetryError."""
+        filters = [self._vpc_filter, {"Name": "group-id", "Values": replaced}]
+        found = self.clients.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
+        if len(found) < len(replaced):
+            raise RetryError(
+                f"security group {', '.join(replaced)} of {lb_name} is not readable yet (EC2 reads are eventually "
+                "consistent); it is retired once it is",
+                delay_seconds=HIDDEN_RETRY_SECONDS,
+            )
+        own = [g for g in found if g.get("GroupName") == m.managed_group_name(lb_name)]
+        return own[0] if own else None
 
     def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
         """Retire the node rules named after the LB, and any from its managed group `lb_group_id`."""
