@@ -300,3 +300,27 @@ def test_a_delete_never_names_a_resource_that_is_gone(world: World, lb_type: str
     _, calls = env.calls(env.lbs.delete_for_uid, uid, CLUSTER)
     assert not [op for op in calls if op.endswith(("DeleteLoadBalancer", "DeleteTargetGroup"))], calls
     assert env.lbs.applied_for(uid) is False
+
+
+def test_a_tombstone_never_outlives_a_later_creation(env: Env) -> None:
+    """LoadBalancer -> ClusterIP (deleted: a tombstone) -> LoadBalancer again, same UID, and the pass crashes after
+    CreateLoadBalancer, before its checkpoint is stored: the delete that follows must still find the LB."""
+    svc = env.created()
+    uid = svc["metadata"]["uid"]
+    env.lbs.delete_for_uid(uid, CLUSTER)
+    assert env.lbs.applied_for(uid) is False
+
+    def crash(status: Any) -> None:
+        raise RuntimeError("crash right after CreateLoadBalancer")
+
+    with pytest.raises(RuntimeError):
+        env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), PassFlags(), crash)
+    assert len(env.elbv2.describe_load_balancers()["LoadBalancers"]) == 1
+    assert env.lbs.applied_for(uid) is None  # no record: a delete looks everything up by name
+    for _ in range(100):
+        try:
+            env.lbs.delete_for_uid(uid, CLUSTER)
+            break
+        except RetryError:
+            time.sleep(0.1)
+    assert env.elbv2.describe_load_balancers()["LoadBalancers"] == []

@@ -99,6 +99,14 @@ class LoadBalancers:
         publish: Publish | None = None,
     ) -> LoadBalancerStatus:
         chosen = self.lb_type(service)
+        if self.applied is not None:
+            # Before the first write: a tombstone, a half-done delete or a checkpoint of the other type must not
+            # outlive what this pass may create (a crash before the new checkpoint is stored would leave a record
+            # that says "nothing there" or names only the old LB, and a later delete would trust it). Without a
+            # record, a delete looks everything up by name.
+            current = self.applied.get(p.meta(service)["uid"])
+            if current is not None and (current.deleted or current.released or current.lb_type != chosen):
+                self.applied.forget(current.uid)
         try:
             status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags, publish)
         except ClientError as err:
