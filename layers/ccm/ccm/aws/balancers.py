@@ -107,6 +107,9 @@ class LoadBalancers:
             current = self.applied.get(p.meta(service)["uid"])
             if current is not None and (current.deleted or current.released or current.lb_type != chosen):
                 self.applied.forget(current.uid)
+            switched = current is not None and not current.deleted and current.lb_type != chosen
+        else:
+            switched = False
         try:
             status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags, publish)
         except ClientError as err:
@@ -117,7 +120,7 @@ class LoadBalancers:
             if refusal is None:
                 raise
             raise refusal from err
-        if flags.thorough or _hostname_changed(service, status):
+        if flags.thorough or switched or _hostname_changed(service, status):
             uid = p.meta(service)["uid"]
             for other, driver in self.drivers.items():
                 if other != chosen and driver.load_balancer_exists_for_uid(uid):
