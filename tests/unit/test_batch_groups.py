@@ -186,7 +186,9 @@ def test_group_concurrency_bounds_the_threads(monkeypatch: pytest.MonkeyPatch):
     assert batch.group_concurrency() == batch.DEFAULT_GROUP_CONCURRENCY
 
 
-def test_log_keys_and_metrics_stay_per_record_across_threads(capsys: pytest.CaptureFixture[str]):
+def test_log_keys_and_metrics_stay_per_record_across_threads(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
     """Per-record keys set by parallel records land on their own lines; the invocation's keys on all of them; no
     metric value is lost and the EMF output is one valid document."""
     stream = io.StringIO()
@@ -194,6 +196,7 @@ def test_log_keys_and_metrics_stay_per_record_across_threads(capsys: pytest.Capt
     metrics = Metrics(namespace="BatchTest", service="batch-test")
     share_across_threads(logger, metrics)
     logger.structure_logs(function_request_id="req-1")  # what inject_lambda_context(clear_state=True) does
+    monkeypatch.setenv(batch.GROUP_CONCURRENCY_ENV, "4")
     barrier = threading.Barrier(4, timeout=WAIT)
 
     def handle(r: SQSRecord) -> None:

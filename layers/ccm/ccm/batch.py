@@ -1,7 +1,7 @@
 """SQS FIFO batch handling shared by the Lambda runtimes (services, nodes).
 
 The records of one batch are split by MessageGroupId. A group is one Service or Node, so different groups are
-independent: they run in parallel, on at most CCM_GROUP_CONCURRENCY threads (default 8; the calls are I/O waits).
+independent: they run in parallel, on at most CCM_GROUP_CONCURRENCY threads (default 2; the calls are I/O waits).
 Inside a group the records run in order, and a failure fails the rest of its group. Then every failed record's
 visibility is set to the retry delay its handler chose (`defer`, see ccm.retry), and the records skipped after it in
 the same group get the same delay, so the group resumes as one. Nothing sleeps.
@@ -40,7 +40,11 @@ from ccm.retry import RETURN_DELAY_SECONDS
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GROUP_CONCURRENCY: Final = 8
+# 2 threads x the ESM's MaximumConcurrency 10 = 20 reconciles at once, about the burst of the ELB API's token bucket
+# for creations (20, then 5 a second): more only trades waiting on the queue for throttled calls, and a throttled
+# record backs off 5 s doubling (bench/lambda_model.py puts 10-24 at once near the floor, 80 at twice it; a 200-
+# Service burst on the devstack with 80 at once did not converge in 15 minutes).
+DEFAULT_GROUP_CONCURRENCY: Final = 2
 GROUP_CONCURRENCY_ENV: Final = "CCM_GROUP_CONCURRENCY"
 
 
