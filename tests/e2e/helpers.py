@@ -390,3 +390,14 @@ def gone(stack: Stack, *svcs: dict[str, Any]) -> None:
 
 def _kv(items: list[dict[str, Any]]) -> dict[str, str]:
     return {i["Key"]: i.get("Value", "") for i in items}
+
+
+def shared_groups(stack: Stack) -> dict[str, str]:
+    """The cluster's shared security groups by role ("backend", "frontend-default"; ccm/aws/shared_groups.py)."""
+    found = stack.aws("ec2").describe_security_groups(Filters=[{"Name": "tag-key", "Values": ["serverless-ccm/role"]}])
+    return {
+        t["Value"]: g["GroupId"]
+        for g in found["SecurityGroups"]
+        for t in g.get("Tags", [])
+        if t["Key"] == "serverless-ccm/role"
+    }

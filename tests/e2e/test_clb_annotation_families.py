@@ -33,6 +33,7 @@ from tests.e2e.helpers import (
     read_service,
     running_stack,
     security_group,
+    shared_groups,
 )
 
 
@@ -187,14 +188,18 @@ def test_source_ranges_extra_security_groups_and_one_node_rule(stack: Stack):
     svc = served(stack, "ranged")
     group = managed_group(stack, svc)
     assert group is not None
-    assert clb(stack, svc)["SecurityGroups"] == [group["GroupId"], extra]  # type: ignore[index]
+    backend = shared_groups(stack)["backend"]
+    # Its own frontend group (the ranges), the cluster's backend group (the nodes admit it), then the extra group.
+    assert clb(stack, svc)["SecurityGroups"] == [group["GroupId"], backend, extra]  # type: ignore[index]
     perms = security_group(stack, group["GroupId"])["IpPermissions"]
     rules = {(p["IpProtocol"], p["FromPort"], p["ToPort"], r["CidrIp"]) for p in perms for r in p.get("IpRanges", [])}
     # Listener ports from the ranges, plus ICMP "fragmentation needed" (path MTU discovery) as upstream.
     assert rules == {("tcp", port, port, cidr) for port in (80, 443) for cidr in ranges} | {
         ("icmp", 3, 4, cidr) for cidr in ranges
     }
-    assert [r[0] for r in node_rules_from(stack, group["GroupId"])] == ["-1"]  # ONE node rule, from the LB group
+    # No node rule of its own: the ONE rule from the shared backend group serves every load balancer.
+    assert not node_rules_from(stack, group["GroupId"])
+    assert [r[0] for r in node_rules_from(stack, backend)] == ["-1"]
     assert not node_rules_from(stack, extra)  # the extra group is only attached
     assert security_group(stack, extra)["IpPermissions"] == []
     gone(stack, svc)

@@ -33,6 +33,7 @@ from tests.e2e.helpers import (
     running_stack,
     security_group,
     service_calls,
+    shared_groups,
     wait_event,
 )
 
@@ -338,7 +339,12 @@ def test_source_ranges_managed_group_and_one_node_rule(stack: Stack):
     svc, other = served(stack, "ranged"), served(stack, "open")
     group = managed_group(stack, svc)
     assert group is not None
-    assert nlb(stack, svc)["SecurityGroups"] == [group["GroupId"]]  # type: ignore[index]
+    shared = shared_groups(stack)
+    backend = shared["backend"]
+    assert nlb(stack, svc)["SecurityGroups"] == [group["GroupId"], backend]  # type: ignore[index]
+    # Default ranges: no group of its own, the cluster's shared default frontend and the backend.
+    assert nlb(stack, other)["SecurityGroups"] == [shared["frontend-default"], backend]  # type: ignore[index]
+    assert managed_group(stack, other) is None
 
     def lb_rules(group_id: str) -> set[tuple[str, int, int, str]]:
         perms = security_group(stack, group_id)["IpPermissions"]
@@ -350,14 +356,11 @@ def test_source_ranges_managed_group_and_one_node_rule(stack: Stack):
     assert lb_rules(group["GroupId"]) == {("tcp", port, port, cidr) for port in (80, 443) for cidr in ranges} | {
         ("icmp", 3, 4, cidr) for cidr in ranges
     }
-    # ONE node rule per LB, referencing its group (all traffic), whatever its ports and ranges.
-    name = nlb(stack, svc)["LoadBalancerName"]  # type: ignore[index]
-    assert [rule[0] for rule in node_rules_from(stack, group["GroupId"])] == ["-1"]
-    assert name in node_rules_from(stack, group["GroupId"])[0][1]  # described with the LB's name
+    # ONE node rule for every LB, from the shared backend group (all traffic), whatever their ports and ranges.
+    assert [rule[0] for rule in node_rules_from(stack, backend)] == ["-1"]
+    assert not node_rules_from(stack, group["GroupId"])
     node_group = security_group(stack, stack.world.node_sg_id)  # type: ignore[union-attr]
     assert not [p for p in node_group["IpPermissions"] if p.get("IpRanges")]  # no per-CIDR rule on the nodes
-    other_group = managed_group(stack, other)
-    assert other_group is not None and len(node_rules_from(stack, other_group["GroupId"])) == 1
 
     # A changed range is authorized and the stale one revoked; the node rule stays as it is.
     patch_service(stack, "ranged", {"spec": {"loadBalancerSourceRanges": ["203.0.113.0/24", "192.0.2.0/24"]}})
@@ -367,9 +370,10 @@ def test_source_ranges_managed_group_and_one_node_rule(stack: Stack):
         for cidr in ("203.0.113.0/24", "192.0.2.0/24")
     }
     stack.wait_for(lambda: lb_rules(group["GroupId"]) == wanted, what="source ranges updated")
-    assert len(node_rules_from(stack, group["GroupId"])) == 1
+    assert len(node_rules_from(stack, backend)) == 1
     gone(stack, svc, other)
-    assert not node_rules_from(stack, group["GroupId"]) and not node_rules_from(stack, other_group["GroupId"])
+    assert managed_group(stack, svc) is None  # its own group went with it
+    assert len(node_rules_from(stack, backend)) == 1  # the shared rule stays for the next load balancer
 
 
 def test_bring_your_own_security_groups(stack: Stack):
