@@ -394,10 +394,14 @@ def _kv(items: list[dict[str, Any]]) -> dict[str, str]:
 
 def shared_groups(stack: Stack) -> dict[str, str]:
     """The cluster's shared security groups by role ("backend", "frontend-default"; ccm/aws/shared_groups.py)."""
-    found = stack.aws("ec2").describe_security_groups(Filters=[{"Name": "tag-key", "Values": ["serverless-ccm/role"]}])
-    return {
-        t["Value"]: g["GroupId"]
-        for g in found["SecurityGroups"]
-        for t in g.get("Tags", [])
-        if t["Key"] == "serverless-ccm/role"
-    }
+    role = "serverless-ccm/role"
+
+    def found() -> dict[str, str]:
+        groups = stack.aws("ec2").describe_security_groups(Filters=[{"Name": "tag-key", "Values": [role]}])
+        return {
+            t["Value"]: g["GroupId"] for g in groups["SecurityGroups"] for t in g.get("Tags", []) if t["Key"] == role
+        }
+
+    # EC2 reads are eventually consistent (the devstack hides a group for a moment after its creation).
+    stack.wait_for(lambda: len(found()) == 2, timeout=5.0, what="both shared security groups readable")
+    return found()

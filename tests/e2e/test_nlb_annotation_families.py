@@ -179,18 +179,19 @@ def test_dualstack_opens_ipv6_too(stack: Stack):
     svc = served(stack, "dual")
     lb = nlb(stack, svc)
     assert lb is not None and lb["IpAddressType"] == "dualstack"
-    group = managed_group(stack, svc)
-    assert group is not None and lb["SecurityGroups"] == [group["GroupId"]]
-    perms = group["IpPermissions"]
+    # Default source ranges: the cluster's shared default frontend (open to both families) and the backend group.
+    shared = shared_groups(stack)
+    assert managed_group(stack, svc) is None and lb["SecurityGroups"] == [shared["frontend-default"], shared["backend"]]
+    perms = security_group(stack, shared["frontend-default"])["IpPermissions"]
     rules = {
         (p["IpProtocol"], p["FromPort"], p["ToPort"], r.get("CidrIp") or r.get("CidrIpv6"))
         for p in perms
         for r in [*p.get("IpRanges", []), *p.get("Ipv6Ranges", [])]
     }
-    # The listener port from both families, and path-MTU discovery: ICMP 3/4 (IPv4), ICMPv6 2/0 "too big" (IPv6).
+    # Every port from both families (an LB accepts only its listeners' ports), and path-MTU discovery: ICMP 3/4
+    # (IPv4), ICMPv6 2/0 "too big" (IPv6).
     assert rules == {
-        ("tcp", 80, 80, "0.0.0.0/0"),
-        ("tcp", 80, 80, "::/0"),
+        *((proto, 0, 65535, cidr) for proto in ("tcp", "udp") for cidr in ("0.0.0.0/0", "::/0")),
         ("icmp", 3, 4, "0.0.0.0/0"),
         ("icmpv6", 2, 0, "::/0"),
     }
@@ -264,9 +265,9 @@ def test_cross_zone_access_logs_and_additional_tags(stack: Stack):
     }
     assert lb["Attributes"]["load_balancing.cross_zone.enabled"] == "true"
     wanted = {"team": "web", "cost-center": "42", "kubernetes.io/cluster/devstack": "owned"}
-    group = managed_group(stack, svc)
-    assert group is not None
-    for tags in (lb["Tags"], lb["TargetGroups"][80]["Tags"], {t["Key"]: t["Value"] for t in group["Tags"]}):
+    # Default source ranges: no security group of its own to tag (the cluster's shared groups carry no Service's).
+    assert managed_group(stack, svc) is None
+    for tags in (lb["Tags"], lb["TargetGroups"][80]["Tags"]):
         assert wanted.items() <= tags.items()
         assert tags["kubernetes.io/service-name"] == "default/logged"
     # Removing the annotations resets the attributes in place.
