@@ -324,3 +324,14 @@ def test_a_tombstone_never_outlives_a_later_creation(env: Env) -> None:
         except RetryError:
             time.sleep(0.1)
     assert env.elbv2.describe_load_balancers()["LoadBalancers"] == []
+
+
+def test_a_record_under_another_key_proves_nothing(env: Env) -> None:
+    """A message naming a UID under another Service's key (forged, or a mistake) must not be taken for ours: the
+    record says which Service it was applied for, and only that key is trusted (otherwise the tags decide)."""
+    svc = env.created()
+    uid = svc["metadata"]["uid"]
+    assert env.lbs.applied_for(uid, "default/web") is True
+    assert env.lbs.applied_for(uid, "default/other") is None
+    env.lbs.delete_for_uid(uid, CLUSTER)
+    assert env.lbs.applied_for(uid, "default/other") is False  # a tombstone deletes nothing, whoever asks

@@ -47,7 +47,8 @@ def _managed_group_exists(world: World, uid: str) -> bool:
 
 
 def _victim(stack: dict[str, Any]) -> dict[str, Any]:
-    svc = create_service(stack["core"], "victim")
+    # Source ranges: a security group of its own too, so a forged delete has every kind of resource to take.
+    svc = create_service(stack["core"], "victim", loadBalancerSourceRanges=["203.0.113.0/24"])
     assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
     live = read(stack["core"], "victim")
     assert live and live["status"]["loadBalancer"]["ingress"]

@@ -135,6 +135,8 @@ def to_item(applied: Applied) -> dict[str, Any]:
     }
     if applied.released:
         item["released"] = {"BOOL": True}
+    if applied.service_key:
+        item["key"] = _s(applied.service_key)
     if applied.created_at:
         item["created"] = {"N": repr(round(applied.created_at, 3))}
     return item
@@ -156,4 +158,5 @@ def from_item(item: dict[str, Any]) -> Applied:
         verified_at=float(item.get("verified", {}).get("N", "0")),
         released=bool(item.get("released", {}).get("BOOL")),
         created_at=float(item.get("created", {}).get("N", "0")),
+        service_key=item.get("key", {}).get("S", ""),
     )

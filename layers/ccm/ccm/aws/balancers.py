@@ -163,9 +163,13 @@ class LoadBalancers:
             return None
         return LoadBalancerStatus((Ingress(hostname=hostname),))
 
-    def applied_for(self, uid: str) -> bool | None:
+    def applied_for(self, uid: str, service_key: str | None = None) -> bool | None:
         applied = None if self.applied is None else self.applied.get(uid)
-        return None if applied is None else not applied.deleted
+        if applied is None:
+            return None
+        if applied.deleted:
+            return False
+        return None if service_key is not None and applied.service_key != service_key else True
 
     def update_load_balancer(
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE

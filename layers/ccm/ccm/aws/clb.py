@@ -145,6 +145,7 @@ class ClassicLoadBalancers:
             self.security_groups.retire_replaced(name, uid, attached, groups, flags.thorough)
         applied = Applied(
             uid=uid,
+            service_key=f"{p.meta(service).get('namespace')}/{p.meta(service).get('name')}",
             lb_type="clb",
             fingerprint=self.fingerprint(cluster_name, service),
             lb_id=name,

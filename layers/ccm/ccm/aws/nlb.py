@@ -136,6 +136,7 @@ class NetworkLoadBalancers:
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         applied = Applied(
             uid=uid,
+            service_key=f"{p.meta(service).get('namespace')}/{p.meta(service).get('name')}",
             lb_type="nlb",
             fingerprint=self.fingerprint(cluster_name, service),
             lb_id=lb["LoadBalancerArn"],

@@ -124,6 +124,7 @@ class Applied:
     deleted: bool = False  # a tombstone: everything was deleted (kept a day, so echoes of the delete cost nothing)
     released: bool = False  # the LB and its target groups are deleted; only its own security group is left
     created_at: float = 0.0  # the LB's creation (epoch seconds): a young LB's groups may not be readable yet
+    service_key: str = ""  # namespace/name of the Service it was applied for: a hint under another key proves nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +199,11 @@ class LoadBalancer(Protocol):
         """What was applied still stands (the checkpoint matches the desired spec, is not due for a full read, and
         the LB is there: one AWS read): its status. None: a full ensure is needed."""
 
-    def applied_for(self, uid: str) -> bool | None:
-        """True: this controller applied an LB for the UID and did not delete it; False: it deleted everything (a
-        tombstone); None: no record (never, or made before checkpoints existed): look at AWS."""
+    def applied_for(self, uid: str, service_key: str | None = None) -> bool | None:
+        """True: this controller applied an LB for the UID (for the Service `service_key`, when given) and did not
+        delete it; False: it deleted everything (a tombstone); None: no record (never, made before checkpoints
+        existed, or for another key: a message naming a UID under another Service's key is a forgery or a mistake):
+        look at AWS."""
 
 
 class LoadBalancerDriver(Protocol):

@@ -210,7 +210,7 @@ class ServiceReconciler:
     # -- DELETE path ----------------------------------------------------------------------------------------------
     def _delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:
         key, uid = f"{p.meta(svc).get('namespace')}/{p.meta(svc).get('name')}", str(p.meta(svc)["uid"])
-        applied = self.balancer.applied_for(uid)
+        applied = self.balancer.applied_for(uid, key)
         if applied is not None and write_status:
             # Our own record says what we made (True) or that we deleted it all (False): no ownership read. (The
             # IAM policy lets us delete only resources carrying our UID tag, so AWS confirms it at the delete.)
@@ -252,8 +252,9 @@ class ServiceReconciler:
     def _delete_on_hint(self, key: str, uid: str, live: KubeObject | None, outcome: Outcome) -> None:
         """The API confirmed that no live Service has `uid` (decide); the resources must say they are that
         Service's (ccm.service.hints), else nothing is deleted: a message is a hint, never an order. Our own
-        record of what we applied for the UID is such a proof (and a tombstone says there is nothing left)."""
-        applied = self.balancer.applied_for(uid)
+        record of what we applied for the UID under this very key is such a proof (and a tombstone says there is
+        nothing left); a record under another key proves nothing, and the tags decide."""
+        applied = self.balancer.applied_for(uid, key)
         if applied is False:
             return
         if applied:
