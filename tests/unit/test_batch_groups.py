@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -191,9 +192,17 @@ def test_log_keys_and_metrics_stay_per_record_across_threads(
 ):
     """Per-record keys set by parallel records land on their own lines; the invocation's keys on all of them; no
     metric value is lost and the EMF output is one valid document."""
+    # The level is this test's own: a level variable another test left in the process must not silence it.
+    for variable in ("AWS_LAMBDA_LOG_LEVEL", "POWERTOOLS_LOG_LEVEL", "LOG_LEVEL"):
+        monkeypatch.delenv(variable, raising=False)
     stream = io.StringIO()
-    logger = Logger(service="batch-test", logger_handler=__import__("logging").StreamHandler(stream))
-    metrics = Metrics(namespace="BatchTest", service="batch-test")
+    # A name of its own: Powertools configures a logging.Logger of a given name once per process.
+    service = f"batch-test-{uuid.uuid4().hex[:8]}"
+    logger = Logger(service=service, level="INFO", logger_handler=__import__("logging").StreamHandler(stream))
+    # Whatever an earlier test did to logging in this process (a logging.disable, a level): this logger writes.
+    monkeypatch.setattr(__import__("logging").root.manager, "disable", 0)
+    logger.setLevel("INFO")
+    metrics = Metrics(namespace="BatchTest", service=service)
     share_across_threads(logger, metrics)
     logger.structure_logs(function_request_id="req-1")  # what inject_lambda_context(clear_state=True) does
     monkeypatch.setenv(batch.GROUP_CONCURRENCY_ENV, "4")
