@@ -240,7 +240,10 @@ class FaultRules:
         self._step("sweeper run")
         summary = w.run_sweeper(self.stack)
         self.swept = True
-        self._note(f"sweeper run (grace 0): deleted {summary.get('deleted')}, requeued {summary.get('requeued')}")
+        retried = f" after {summary['attempts']} attempts" if summary.get("attempts", 1) > 1 else ""
+        self._note(
+            f"sweeper run (grace 0){retried}: deleted {summary.get('deleted')}, requeued {summary.get('requeued')}"
+        )
         self.stats["sweeper deleted"] += summary.get("deleted", 0)
         self.ledger.fired_now("sweeper run")
 

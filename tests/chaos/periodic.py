@@ -39,9 +39,30 @@ def instance_state_event(stack: Stack, instance_id: str, state: str) -> None:
     send_to_nodes_queue(stack, ec2_state_change_body(instance_id, state, str(uuid.uuid4())), EC2_EVENTS_GROUP)
 
 
+# EventBridge invokes a scheduled function asynchronously, and Lambda retries an asynchronous invocation that
+# returns a function error twice (Lambda Developer Guide, "Asynchronous invocation": "retries function errors
+# twice"; the template sets no EventInvokeConfig, so the default MaximumRetryAttempts of 2 holds). A run that fails
+# on a passing API error (a Kubernetes 500 on its Service LIST) is therefore run again, not lost; three failures in
+# a row are a real failure.
+ASYNC_ATTEMPTS = 3
+
+
 def run_sweeper(stack: Stack, grace_minutes: float = 0) -> dict[str, Any]:
-    """One run of the sweeper function, as its EventBridge schedule starts it: a fresh process (a new execution
-    environment) with the function's template environment and the stack's endpoints. Returns its summary."""
+    """One scheduled run of the sweeper function, as EventBridge starts it: a fresh process (a new execution
+    environment) with the function's template environment and the stack's endpoints, retried as Lambda retries an
+    asynchronous invocation (ASYNC_ATTEMPTS). Returns the summary of the attempt that succeeded, with `attempts`."""
+    failures: list[str] = []
+    while len(failures) < ASYNC_ATTEMPTS:
+        done = _sweeper_process(stack, grace_minutes)
+        if done.returncode == 0:
+            summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+            summary["attempts"] = len(failures) + 1
+            return summary
+        failures.append(f"attempt {len(failures) + 1} ({done.returncode}): {done.stderr[-2000:]}")
+    raise AssertionError("sweeper run failed on every asynchronous attempt:\n" + "\n".join(failures))
+
+
+def _sweeper_process(stack: Stack, grace_minutes: float) -> subprocess.CompletedProcess[str]:
     assert stack.facts is not None
     fn = stack.facts.functions["SweeperFunction"]
     env = {
@@ -61,13 +82,9 @@ def run_sweeper(stack: Stack, grace_minutes: float = 0) -> dict[str, Any]:
         "report = vars_of(runtime().run())\n"
         "print(json.dumps({k: v for k, v in report.items() if k != 'decisions'}))\n"
     )
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
     )
-    if done.returncode != 0:
-        raise AssertionError(f"sweeper run failed ({done.returncode}): {done.stderr[-2000:]}")
-    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return summary
 
 
 def redrive(stack: Stack, dlq: str, source: str) -> int:
