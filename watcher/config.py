@@ -9,6 +9,13 @@ from dataclasses import dataclass
 
 ENV_PREFIX = "WATCHER_"
 
+# The SYNC of every LoadBalancer Service: the safety net for a lost delta. Hourly: the sweeper finds drifted
+# load balancers every 15 minutes for the whole cluster in a few calls, every change arrives as a delta, and a
+# relist follows every watcher restart; upstream's informers resync every 12-24 h and act only on a difference,
+# the AWS Load Balancer Controller every 10 h. Each SYNC is a Lambda record: a 10-minute period costs six times
+# the records, logs and read units for what the deltas and the sweeper already cover (docs/performance.md, cost).
+DEFAULT_RESYNC_SECONDS = 3600.0
+
 
 @dataclass(frozen=True, slots=True)
 class Config:
@@ -17,7 +24,7 @@ class Config:
     kubeconfig: str | None = None
     aws_endpoint_url: str | None = None
     aws_region: str | None = None
-    resync_seconds: float = 600.0
+    resync_seconds: float = DEFAULT_RESYNC_SECONDS
     health_host: str = "0.0.0.0"
     health_port: int = 8080
     buffer_size: int = 10_000

@@ -13,9 +13,10 @@ from ccm.aws.clients import CallCounter
 from ccm.config import DEFAULT_LOAD_BALANCER_CLASS
 from ccm.contracts.messages import parse_delta
 from devstack.aws_faithful import FaithfulSettings
+from watcher.config import DEFAULT_RESYNC_SECONDS as WATCHER_RESYNC_SECONDS
 
 OUR_CLASS = DEFAULT_LOAD_BALANCER_CLASS  # the template's default loadBalancerClass
-RESYNC_SECONDS = 600  # the watcher's default --resync-seconds
+RESYNC_SECONDS = WATCHER_RESYNC_SECONDS  # the watcher's default --resync-seconds
 FULL_READ_EVERY = round(FULL_READ_SECONDS / RESYNC_SECONDS)  # resyncs per full read (ccm.aws.applied)
 
 

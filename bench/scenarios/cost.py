@@ -25,7 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from samtranslator.yaml_helper import yaml_parse
+
 from bench.scenarios.cost_inputs import emitted_metrics, item_sizes
+from ccm.batch import DEFAULT_GROUP_CONCURRENCY
+from watcher.config import DEFAULT_RESYNC_SECONDS as WATCHER_RESYNC_SECONDS
 
 REPO = Path(__file__).resolve().parents[2]
 DAYS_PER_MONTH = 30.4
@@ -56,23 +60,25 @@ class Assumptions:
     service_changes_per_day: int = 20  # creates, spec/annotation edits, deletes
     node_changes_per_day: int = 10  # joins + leaves
     ec2_events_per_node_change: int = 2  # EventBridge EC2 state changes (e.g. pending->running)
-    resync_seconds: int = 600  # the watcher's default SYNC period (--resync-seconds)
+    resync_seconds: float = WATCHER_RESYNC_SECONDS  # the watcher's default SYNC period (--resync-seconds)
     heartbeat_seconds: int = 60  # the watcher's heartbeat to the nodes queue
     node_safety_pass_minutes: int = 5  # EventBridge rule (template)
-    routes_enabled: bool = True  # EnableRoutes: the routes function and its 5-minute pass
+    # The template's defaults (EnableRoutes=false: VPC-native pod networks such as EKS's VPC CNI need no routes;
+    # EnableNodes and EnableSweeper true). `model(..., Assumptions(routes_enabled=True))` costs the routes too.
+    routes_enabled: bool = False  # EnableRoutes: the routes function, its queue and its 5-minute pass
     route_pass_minutes: int = 5
-    sweeper_minutes: int = 60
+    sweeper_minutes: int = 15  # template.yaml: SweeperFunction Schedule rate(15 minutes)
     memory_mb: int = 512  # template Globals MemorySize
     batch_size: int = 10  # FIFO ESM maximum: bursts (resync, HOSTS fan-out) are processed 10 records a call
+    # Records of different message groups in one invocation run on this many threads (ccm/batch.py): a burst's
+    # invocation lasts (and is billed) about batch / threads records' time; lone records gain nothing.
+    group_threads: int = DEFAULT_GROUP_CONCURRENCY
     # Idle long polls Lambda keeps open per SQS event source, 20 s each (ReceiveMessage WaitTimeSeconds=20): the
     # Lambda Developer Guide ("Scaling and processing" of SQS event sources) says Lambda starts with five
     # concurrent pollers (batches); we assume all five keep polling an idle queue. MaximumConcurrency bounds the
     # invocations, not these polls.
     esm_pollers_per_queue: int = 5
-    # Queues with an event source: services, nodes, routes (template.yaml). The routes triggers could ride the
-    # nodes queue (both are Node-driven FIFO queues fed by our own senders and a 5-minute schedule): 2 pollers'
-    # worth of queues instead of 3 (docs/performance.md); the template keeps 3 for now.
-    polled_queues: int = 3
+    # Queues with an event source: services and nodes, plus routes when routes_enabled (template.yaml).
     log_retention_months: float = 1.0
     failure_hours_per_month: float = 2.0  # hours in which some failure counter (malformed, failed, throttled) fires
     # The service reconciler's resync read: one strongly consistent GetItem of the Service's checkpoint item
@@ -120,7 +126,9 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
     }  # fmt: skip
     rows: list[dict[str, Any]] = []
     for what, (records, invocations, op) in services.items():
-        rows.append(_row("services", what, records, invocations, ms[op], calls[op], ddb[op], a))
+        burst = invocations < records  # batched records of distinct Services: group_threads at a time
+        rows.append(_row("services", what, records, invocations, ms[op], calls[op], ddb[op], a,
+                         threads=a.group_threads if burst else 1))  # fmt: skip
     node_records = a.node_changes_per_day * (1 + a.ec2_events_per_node_change)
     rows.append(_row("nodes", "node deltas + EC2 events", node_records, node_records,
                      base + NODE_DELTA_CALLS * call_ms, NODE_DELTA_CALLS, 3, a))  # fmt: skip
@@ -136,7 +144,7 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
         rows.append(_row("sweeper", "scheduled sweeps", sweeps, sweeps, base + SWEEPER_CALLS * call_ms,
                          SWEEPER_CALLS, 0, a))  # fmt: skip
 
-    queues = a.polled_queues if a.routes_enabled else min(a.polled_queues, 2)
+    queues = 3 if a.routes_enabled else 2
     idle_polls = queues * a.esm_pollers_per_queue * day / 20
     units = dynamodb_units(measured["item_bytes"], a)
     per_day = {
@@ -154,8 +162,9 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
     )
     metric_hours = metric_hours_per_month(measured["metrics_by_situation"], a)
     monthly["cloudwatch_metrics"] = sum(metric_hours.values()) / HOURS_PER_MONTH * p.cw_custom_metric_month
-    monthly["cloudwatch_alarms"] = measured["alarms"] * p.cw_alarm_month
-    monthly["cloudwatch_dashboards"] = measured["dashboards"] * p.cw_dashboard_month
+    alarms = _deployed(measured["alarms"], a)
+    monthly["cloudwatch_alarms"] = alarms * p.cw_alarm_month
+    monthly["cloudwatch_dashboards"] = _deployed(measured["dashboards"], a) * p.cw_dashboard_month
     breakdown = {k: round(v, 2) for k, v in monthly.items()}
     return {
         "usd_per_month": round(sum(breakdown.values()), 2),  # the sum of the printed lines
@@ -166,6 +175,7 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
         "custom_metric_hours_per_month": {k: round(v, 1) for k, v in sorted(metric_hours.items())},
         "dynamodb_units_per_day": {k: round(v, 1) for k, v in units.items()},
         "idle_polls_per_day": round(idle_polls),
+        "alarms": alarms,
         "assumptions": asdict(a),
         "prices_usd": {**asdict(p), "date": PRICES_DATE, "region": "us-east-1", "free_tiers": "ignored"},
         "measured": measured,
@@ -173,8 +183,8 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
 
 
 def _row(fn: str, what: str, records: float, invocations: float, ms_per_record: float, calls: int, ddb: int,
-         a: Assumptions) -> dict[str, Any]:  # fmt: skip
-    seconds = records * ms_per_record / 1000
+         a: Assumptions, threads: int = 1) -> dict[str, Any]:  # fmt: skip
+    seconds = records * ms_per_record / 1000 / threads  # billed: the invocations' wall time
     return {
         "function": fn,
         "what": what,
@@ -245,10 +255,32 @@ def dynamodb_units(item_bytes: dict[str, int], a: Assumptions) -> dict[str, floa
     return {**{f"rru_{k}": v for k, v in rru.items()}, "rru_per_day": sum(rru.values()), "wru_per_day": wru}
 
 
-def template_counts() -> tuple[int, int]:
-    # The alarms and the dashboard are in observability.yaml, template.yaml's nested application.
-    text = "".join((REPO / name).read_text() for name in ("template.yaml", "observability.yaml"))
-    return text.count("Type: AWS::CloudWatch::Alarm"), text.count("Type: AWS::CloudWatch::Dashboard")
+# observability.yaml's conditions on the features of Assumptions; a resource without a condition is always there.
+FEATURE_CONDITIONS = {"NodesEnabled": "nodes", "RoutesEnabled": "routes", "SweeperEnabled": "sweeper"}
+
+
+def template_counts() -> tuple[dict[str, int], dict[str, int]]:
+    """Alarms and dashboards the templates declare, by the feature condition they need ("" = none). They are in
+    observability.yaml (template.yaml's nested application); template.yaml itself is read too, should one move."""
+    alarms: dict[str, int] = {}
+    dashboards: dict[str, int] = {}
+    billed = {"AWS::CloudWatch::Alarm": alarms, "AWS::CloudWatch::Dashboard": dashboards}
+    for name in ("template.yaml", "observability.yaml"):
+        resources = (yaml_parse((REPO / name).read_text()) or {}).get("Resources") or {}
+        for resource in resources.values():
+            into = billed.get(resource.get("Type"))
+            if into is not None:
+                condition = resource.get("Condition", "")
+                if condition and condition not in FEATURE_CONDITIONS:
+                    raise ValueError(f"{name}: condition {condition} of a billed resource is not modelled")
+                into[condition] = into.get(condition, 0) + 1
+    return alarms, dashboards
+
+
+def _deployed(by_condition: dict[str, int], a: Assumptions) -> int:
+    """How many of them a stack with the assumed features deploys."""
+    enabled = {"": True, "NodesEnabled": True, "RoutesEnabled": a.routes_enabled, "SweeperEnabled": True}
+    return sum(n for condition, n in by_condition.items() if enabled[condition])
 
 
 def run(results: dict[str, Any]) -> dict[str, Any]:
@@ -279,4 +311,7 @@ def run(results: dict[str, Any]) -> dict[str, Any]:
         "dashboards": dashboards,
         "sweeper": (REPO / "functions" / "sweeper" / "app.py").is_file(),
     }
-    return model(measured)
+    result = model(measured)
+    with_routes = model(measured, Assumptions(routes_enabled=True))
+    result["usd_per_month_with_routes"] = with_routes["usd_per_month"]
+    return result

@@ -19,8 +19,8 @@ MEASURED = {
         "failure": ["ServerlessCCM/ReconcileFailed[service=s]"],
     },
     "item_bytes": {"node": 800, "service": 100, "seeded_marker": 23},
-    "alarms": 10,
-    "dashboards": 1,
+    "alarms": {"": 8, "RoutesEnabled": 2},  # by feature condition, as template_counts returns them
+    "dashboards": {"": 1},
     "sweeper": True,
 }
 
@@ -29,18 +29,26 @@ def test_breakdown_adds_up_and_counts_every_resync_record():
     result = model(MEASURED)
     assert result["usd_per_month"] == round(sum(result["breakdown_usd_per_month"].values()), 2)
     resync = next(r for r in result["per_day"] if r["what"].startswith("resync"))
-    assert resync["records"] == 200 * 144  # 200 LB Services every 10 minutes
-    assert resync["invocations"] == 20 * 144  # batches of 10
+    assert resync["records"] == 200 * 24  # 200 LB Services every hour (the watcher's default)
+    assert resync["invocations"] == 20 * 24  # batches of 10
     assert resync["ms_per_record"] == 40 + 6 * 50
+    # a batch's records run on the group threads: billed is the invocations' wall time, half the records' time
+    assert resync["gb_s"] == round(200 * 24 * 0.340 / 2 * 0.5, 1)
+    lone = next(r for r in result["per_day"] if r["what"] == "service changes")
+    assert lone["gb_s"] == round(lone["records"] * lone["ms_per_record"] / 1000 * 0.5, 1)  # one record a call
     fixed = result["breakdown_usd_per_month"]
     # one metric every hour + one published in 2 hours a month
     assert fixed["cloudwatch_metrics"] == round(0.30 * (1 + 2 / 730), 2)
-    assert fixed["cloudwatch_alarms"] == 1.0 and fixed["cloudwatch_dashboards"] == 3.0
+    # the template's defaults deploy no routes alarms (EnableRoutes=false); with routes they are billed too
+    assert fixed["cloudwatch_alarms"] == 0.8 and fixed["cloudwatch_dashboards"] == 3.0
+    routed = model(MEASURED, replace(Assumptions(), routes_enabled=True))
+    assert routed["breakdown_usd_per_month"]["cloudwatch_alarms"] == 1.0
+    assert routed["idle_polls_per_day"] == 3 * 5 * 86400 / 20 and result["idle_polls_per_day"] == 2 * 5 * 86400 / 20
 
 
 def test_cost_follows_the_stated_churn_and_prices():
     base = model(MEASURED)["usd_per_month"]
-    assert model(MEASURED, replace(Assumptions(), resync_seconds=3600))["usd_per_month"] < base
+    assert model(MEASURED, replace(Assumptions(), resync_seconds=600))["usd_per_month"] > base
     assert model(MEASURED, replace(Assumptions(), lb_services=400))["usd_per_month"] > base
     free_lambda = replace(Prices(), lambda_arm_gb_s=0.0, lambda_request=0.0)
     assert model(MEASURED, p=free_lambda)["breakdown_usd_per_month"]["lambda_compute"] == 0
@@ -68,12 +76,13 @@ def test_read_units_follow_item_size_and_consistency():
 def test_resync_reads_one_checkpoint_item_instead_of_the_node_partition():
     checkpoint = model(MEASURED)["dynamodb_units_per_day"]["rru_resync"]
     query = model(MEASURED, replace(Assumptions(), resync_checkpoint_read=False))["dynamodb_units_per_day"]
-    assert checkpoint == 144 * 200 and query["rru_resync"] == 144 * 200 * 20  # 100 x 800 B + marker: 20 x 4 KB
+    assert checkpoint == 24 * 200 and query["rru_resync"] == 24 * 200 * 20  # 100 x 800 B + marker: 20 x 4 KB
 
 
-def test_alarms_and_dashboards_are_counted_in_both_templates():
-    """The alarms and the dashboard are in observability.yaml (template.yaml's nested application)."""
+def test_alarms_and_dashboards_are_counted_by_the_features_they_need():
+    """The alarms and the dashboard are in observability.yaml (template.yaml's nested application); each is
+    counted under its feature condition, so the model bills what a stack with the assumed features deploys."""
+    alarms, dashboards = template_counts()
     nested = (REPO / "observability.yaml").read_text()
-    assert template_counts() == (nested.count("Type: AWS::CloudWatch::Alarm"), 1)
-    # DLQs, queue ages, function errors (services, nodes, routes, sweeper), watcher silence; no Throttles alarms
-    assert template_counts()[0] == 11
+    assert sum(alarms.values()) == nested.count("Type: AWS::CloudWatch::Alarm") and dashboards == {"": 1}
+    assert set(alarms) <= {"", "NodesEnabled", "RoutesEnabled", "SweeperEnabled"} and alarms["RoutesEnabled"] >= 1

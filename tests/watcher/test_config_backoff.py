@@ -12,7 +12,7 @@ REQUIRED = ["--services-queue-url", "http://q/s.fifo", "--nodes-queue-url", "htt
 
 def test_defaults() -> None:
     cfg = parse_args(REQUIRED, environ={})
-    assert (cfg.resync_seconds, cfg.buffer_size, cfg.health_port, cfg.kubeconfig) == (600.0, 10_000, 8080, None)
+    assert (cfg.resync_seconds, cfg.buffer_size, cfg.health_port, cfg.kubeconfig) == (3600.0, 10_000, 8080, None)
 
 
 def test_every_flag_has_an_env_var_and_flags_win() -> None:

@@ -37,7 +37,7 @@ from ccm.contracts.cloud import Applied, CloudClients
 from ccm.errors import error_code
 
 FINGERPRINT_VERSION: Final = 1
-FULL_READ_SECONDS: Final = 6 * 3600.0  # at the watcher's 10-minute resync: a full read once in about 36 resyncs
+FULL_READ_SECONDS: Final = 36 * 3600.0  # at the watcher's hourly resync: a full read once in about 36 resyncs
 TOMBSTONE_TTL_SECONDS: Final = 24 * 3600
 PARTITION: Final = "applied"
 
