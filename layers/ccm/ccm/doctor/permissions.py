@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ccm.aws.applied import PARTITION as APPLIED
 from ccm.aws.names import SERVICE_UID_TAG, cluster_tag_key
 from ccm.doctor.facts import RoleFacts, RoleKind
 from ccm.doctor.findings import Finding, fail, ok, unknown, warn
@@ -21,6 +22,8 @@ CREATE_RULE = "create-rule-tagged"  # CreateTags as part of AuthorizeSecurityGro
 # not ours (the EKS cluster security group, the built-in service controller's load balancers): deletes are denied.
 OURS, ADOPT, SLR_ELB, SLR_OTHER = "ours", "adopt-uid-tag", "slr-elb", "slr-other"
 SOURCE_DEST_CHECK, OTHER_ATTRIBUTE = "resource-tag-sourcedestcheck", "resource-tag-userdata"
+# dynamodb:LeadingKeys of an item-level write: the checkpoint partition (ccm/aws/applied.py) or a membership item's
+APPLIED_PARTITION, NODE_PARTITION = "leading-key-applied", "leading-key-node"
 
 LB, TG, LISTENER, SG, SG_RULE, VPC, ROUTE_TABLE, INSTANCE = (
     "lb",
@@ -125,6 +128,9 @@ PROBES: tuple[Probe, ...] = (
         )
     ),
     Probe("services", "dynamodb:Query", TABLE),
+    # the checkpoint's target set is rewritten in place; UpdateItem is granted on that partition only
+    Probe("services", "dynamodb:UpdateItem", TABLE, APPLIED_PARTITION),
+    Probe("services", "dynamodb:UpdateItem", TABLE, NODE_PARTITION, allowed=False),
     Probe("services", "sqs:ChangeMessageVisibility", SERVICES_QUEUE),
     # The event source mapping receives with the function's role: its own queue only (OnlyOwnQueue).
     Probe("services", "sqs:ReceiveMessage", SERVICES_QUEUE),
@@ -231,6 +237,8 @@ def context_entries(context: str, cluster: str) -> list[dict[str, object]]:
     if context in (SOURCE_DEST_CHECK, OTHER_ATTRIBUTE):
         attribute = "SourceDestCheck" if context == SOURCE_DEST_CHECK else "UserData"
         return [*cluster_resource, entry("ec2:Attribute", attribute)]
+    if context in (APPLIED_PARTITION, NODE_PARTITION):
+        return [entry("dynamodb:LeadingKeys", APPLIED if context == APPLIED_PARTITION else "node")]
     if context == CREATE_SG:
         return [entry(f"aws:RequestTag/{tag}", "owned"), entry("ec2:CreateAction", "CreateSecurityGroup")]
     if context == CREATE_RULE:
