@@ -51,6 +51,7 @@ class Prices:
     cw_dashboard_month: float = 3.00
     cw_logs_ingest_gb: float = 0.50
     cw_logs_store_gb_month: float = 0.03
+    cw_logs_insights_gb_scanned: float = 0.005  # the dashboard's log widgets run a Logs Insights query each view
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,9 @@ class Assumptions:
     esm_pollers_per_queue: int = 5
     # Queues with an event source: services and nodes, plus routes when routes_enabled (template.yaml).
     log_retention_months: float = 1.0
+    # The dashboard's log widgets query the logs of their time range (3 hours by default) on every view or refresh.
+    dashboard_views_per_day: int = 24
+    dashboard_range_hours: float = 3.0
     failure_hours_per_month: float = 2.0  # hours in which some failure counter (malformed, failed, throttled) fires
     # The service reconciler's resync read: one strongly consistent GetItem of the Service's checkpoint item
     # (~1 KB) instead of the Query of the whole node partition; the Query stays on creates and host updates.
@@ -160,6 +164,9 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
     monthly["cloudwatch_logs"] = (
         log_gb_day * DAYS_PER_MONTH * (p.cw_logs_ingest_gb + p.cw_logs_store_gb_month * a.log_retention_months)
     )
+    # Each log widget scans the range's logs of its function; counted as scanning all functions' logs (an upper bound).
+    scanned_gb = log_gb_day * a.dashboard_range_hours / 24 * measured.get("log_widgets", 0) * a.dashboard_views_per_day
+    monthly["cloudwatch_logs_insights"] = scanned_gb * DAYS_PER_MONTH * p.cw_logs_insights_gb_scanned
     metric_hours = metric_hours_per_month(measured["metrics_by_situation"], a)
     monthly["cloudwatch_metrics"] = sum(metric_hours.values()) / HOURS_PER_MONTH * p.cw_custom_metric_month
     alarms = _deployed(measured["alarms"], a)
@@ -277,6 +284,11 @@ def template_counts() -> tuple[dict[str, int], dict[str, int]]:
     return alarms, dashboards
 
 
+def log_widgets() -> int:
+    """Logs Insights widgets of the dashboard (observability.yaml's DashboardBody, every feature on)."""
+    return (REPO / "observability.yaml").read_text().count('"type":"log"')
+
+
 def _deployed(by_condition: dict[str, int], a: Assumptions) -> int:
     """How many of them a stack with the assumed features deploys."""
     enabled = {"": True, "NodesEnabled": True, "RoutesEnabled": a.routes_enabled, "SweeperEnabled": True}
@@ -309,6 +321,7 @@ def run(results: dict[str, Any]) -> dict[str, Any]:
         "item_bytes": item_sizes(),
         "alarms": alarms,
         "dashboards": dashboards,
+        "log_widgets": log_widgets(),
         "sweeper": (REPO / "functions" / "sweeper" / "app.py").is_file(),
     }
     result = model(measured)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from bench.scenarios.cost import REPO, Assumptions, Prices, metric_hours_per_month, model, read_units, template_counts
 from bench.scenarios.cost_inputs import item_size, item_sizes
 
@@ -86,3 +88,12 @@ def test_alarms_and_dashboards_are_counted_by_the_features_they_need():
     nested = (REPO / "observability.yaml").read_text()
     assert sum(alarms.values()) == nested.count("Type: AWS::CloudWatch::Alarm") and dashboards == {"": 1}
     assert set(alarms) <= {"", "NodesEnabled", "RoutesEnabled", "SweeperEnabled"} and alarms["RoutesEnabled"] >= 1
+
+
+def test_log_widgets_bill_the_logs_they_scan_per_view():
+    busy = replace(Assumptions(), dashboard_views_per_day=100_000)
+    none = model(MEASURED, busy)["breakdown_usd_per_month"]["cloudwatch_logs_insights"]
+    result = model({**MEASURED, "log_widgets": 4}, busy)
+    gb = result["log_gb_per_month"] * 3 / 24 * 4 * 100_000  # 3 hours of each day's logs, 4 widgets, each view
+    assert none == 0  # no log widget, no query
+    assert result["breakdown_usd_per_month"]["cloudwatch_logs_insights"] == pytest.approx(gb * 0.005, rel=0.01)
