@@ -103,8 +103,14 @@ CALL_MS = 50.0  # the injected latency of an AWS call
 
 
 def _lb_calls(nlb: dict[str, Any], op: str) -> tuple[int, int]:
-    """(AWS calls, of which DynamoDB) per Service record of one kind."""
-    ddb = int((nlb.get("dynamodb") or {}).get(op, 0))
+    """(AWS calls, of which DynamoDB) per Service record of one kind. For add_node, the Service's own record only:
+    aws_calls' `dynamodb.add_node` adds the nodes Lambda's membership calls, made once per node change (the
+    "node deltas" row), not once per Service the change reaches."""
+    by_operation = ((nlb.get("detail") or {}).get(op) or {}).get("by_operation")
+    if op == "add_node" and by_operation is not None:
+        ddb = sum(n for call, n in by_operation.items() if call.startswith("dynamodb:"))
+    else:
+        ddb = int((nlb.get("dynamodb") or {}).get(op, 0))
     return int(nlb[op]) + ddb, ddb
 
 

@@ -97,3 +97,15 @@ def test_log_widgets_bill_the_logs_they_scan_per_view():
     gb = result["log_gb_per_month"] * 3 / 24 * 4 * 100_000  # 3 hours of each day's logs, 4 widgets, each view
     assert none == 0  # no log widget, no query
     assert result["breakdown_usd_per_month"]["cloudwatch_logs_insights"] == pytest.approx(gb * 0.005, rel=0.01)
+
+
+def test_a_host_update_record_is_charged_its_own_dynamodb_calls_not_the_nodes_lambdas():
+    from bench.scenarios.cost import _lb_calls
+
+    nlb = {
+        "add_node": 2,
+        "dynamodb": {"add_node": 7},  # 3 by the Service's record + 4 by the nodes Lambda, once per node change
+        "detail": {"add_node": {"by_operation": {"dynamodb:Query": 1, "dynamodb:GetItem": 1,
+                                                 "dynamodb:UpdateItem": 1, "elbv2:RegisterTargets": 2}}},
+    }  # fmt: skip
+    assert _lb_calls(nlb, "add_node") == (5, 3)
