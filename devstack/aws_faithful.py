@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from devstack import aws_throttling
+from devstack import aws_tagging, aws_throttling
 
 ENV_SG_RELEASE = "DEVSTACK_SG_RELEASE_SECONDS"
 
@@ -105,6 +105,7 @@ def install(new: FaithfulSettings | None = None) -> FaithfulSettings:
             _patch_security_groups()
             _patch_elbv2()
             _patch_elb()
+            aws_tagging.patch_moto()
             aws_throttling.patch_moto(lambda: _settings.rate_limits)
             _installed.append(True)
     return _settings

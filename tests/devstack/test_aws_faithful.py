@@ -343,3 +343,24 @@ def test_a_new_group_and_rule_are_not_visible_at_once(world: World, faithful: An
     ec2.authorize_security_group_ingress(GroupId=group, IpPermissions=[rule])
     assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"] == []
     _until(lambda: ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"] != [])
+
+
+def test_the_tagging_api_lists_classic_and_network_load_balancers_under_one_type(world: World, faithful: Any) -> None:
+    """AWS lists both under `elasticloadbalancing:loadbalancer`, a Classic ELB as ...:loadbalancer/<name>."""
+    elb = client("elb", world.endpoint_url, REGION)
+    tagging = client("resourcegroupstaggingapi", world.endpoint_url, REGION)
+    tag = [{"Key": "kubernetes.io/cluster/tagging", "Value": "owned"}]
+    listener = {"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}
+    elb.create_load_balancer(
+        LoadBalancerName="tagged-classic", Listeners=[listener], Subnets=[world.public_subnets[world.azs[0]]], Tags=tag
+    )
+    nlb = client("elbv2", world.endpoint_url, REGION).create_load_balancer(
+        Name="tagged-network", Type="network", Subnets=list(world.public_subnets.values()), Tags=tag
+    )["LoadBalancers"][0]["LoadBalancerArn"]
+    found = tagging.get_resources(
+        TagFilters=[{"Key": "kubernetes.io/cluster/tagging", "Values": ["owned"]}],
+        ResourceTypeFilters=["elasticloadbalancing:loadbalancer"],
+    )["ResourceTagMappingList"]
+    account = client("sts", world.endpoint_url, REGION).get_caller_identity()["Account"]
+    classic = f"arn:aws:elasticloadbalancing:{REGION}:{account}:loadbalancer/tagged-classic"
+    assert {item["ResourceARN"] for item in found} == {classic, nlb}
