@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from devstack.dashboard import Metric, Point, Widget, emf_points, panels, series, statistic, widgets
-from devstack.logs_insights import parse
 from devstack.dashboard_demo import dashboard
 from devstack.dashboard_page import render
+from devstack.logs_insights import parse
 from devstack.stack import Stack, StackConfig
 
 CHROMIUM_FLAGS = (
