@@ -302,7 +302,8 @@ class NodeRuntime(FifoBatchRuntime):
         if result.deleted:
             metrics.add_metric(name="NodesDeleted", unit=MetricUnit.Count, value=1)
         # Initialisations and address refreshes are routine: the "node synced" line below carries them (with the
-        # init latency), and EndToEndLatency charts the initialisations; a metric each would bill their hours too.
+        # init latency), and the "processed" line's end_to_end_ms charts the initialisations; a metric each would bill
+        # their hours too.
         if plan.events and plan.events[0].type == "Warning":
             metrics.add_metric(name="NodeSyncWarnings", unit=MetricUnit.Count, value=1)
         if plan.writes or plan.events:
