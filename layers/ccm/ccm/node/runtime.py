@@ -216,7 +216,7 @@ class NodeRuntime(FifoBatchRuntime):
         return NodeContext(self.settings, self.kube, self.api, self.clients, self.instances, key, attempt)
 
     def on_delta(self, delta: Delta, attempt: int = 1, ctx: NodeContext | None = None) -> NodeContext:
-        ctx = ctx or self.context_for(delta.key, attempt)
+        ctx = ctx if ctx is not None else self.context_for(delta.key, attempt)
         errors: list[tuple[str, Exception]] = []
         if delta.type != "DELETED":  # a deleted node needs nothing from us; consumers still hear of it
             try:
