@@ -1,7 +1,7 @@
 """Collects what the handlers print (Powertools JSON logs and EMF metric blobs), fed from a function's log lines as
-the devstack runner keeps them (EventSourceRunner.logs): the per-record figures the functions publish themselves
-(EndToEndLatency, ReconcileDuration) are read back from their EMF output, what CloudWatch would ingest, and the AWS
-call total (AwsCalls) from each record's log line."""
+the devstack runner keeps them (EventSourceRunner.logs): the EMF metrics (the failure counters) by name, and the
+per-record figures from each record's log line, what the dashboard's Logs Insights widgets read: `end_to_end_ms`
+(watcher observed -> status written), `duration_ms` and the AWS call total (kept as "AwsCalls")."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import json
 import threading
 from collections import defaultdict
 from typing import Any
+
+# A record's log line field -> the name its values are kept under.
+LOG_FIELDS = {"aws_calls": "AwsCalls", "end_to_end_ms": "end_to_end_ms", "duration_ms": "duration_ms"}
 
 
 class EmfCapture(io.TextIOBase):
@@ -47,7 +50,7 @@ class EmfCapture(io.TextIOBase):
             return
         self.lines += 1
         if '"_aws"' not in line:
-            if '"aws_calls"' in line:
+            if any(f'"{field}"' in line for field in LOG_FIELDS):
                 self._log_fields(line)
             return
         try:
@@ -64,13 +67,17 @@ class EmfCapture(io.TextIOBase):
                     self.values[name].extend(value if isinstance(value, list) else [value])
 
     def _log_fields(self, line: str) -> None:
-        """A record's log line (ccm.call_metrics): its AWS call total is a log field, not a metric (cost)."""
+        """A record's log line (ccm.call_metrics): its figures are log fields, not metrics (cost)."""
         try:
             blob = json.loads(line)
         except ValueError:
             return
-        if isinstance(blob, dict) and isinstance(blob.get("aws_calls"), int):
-            self.values["AwsCalls"].append(float(blob["aws_calls"]))
+        if not isinstance(blob, dict):
+            return
+        for field, name in LOG_FIELDS.items():
+            value = blob.get(field)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                self.values[name].append(float(value))
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

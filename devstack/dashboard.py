@@ -8,7 +8,10 @@ Datapoints come from where CloudWatch would get them:
   extracts them;
 - `AWS/Lambda` Invocations, Errors, Throttles, Duration: the runner's invocation records (Lambda publishes
   Errors and Throttles as 0 for minutes with invocations);
-- `AWS/SQS` queue depth and age of the oldest message: sampled from moto while the stack runs (QueueSampler).
+- `AWS/SQS` queue depth and age of the oldest message: sampled from moto while the stack runs (QueueSampler);
+  NumberOfMessagesDeleted: the records the runner deleted after each invocation (deleted_points);
+- log widgets (Logs Insights queries): the functions' JSON log lines, evaluated by devstack.logs_insights, which
+  refuses any query outside the subset it implements. A SOURCE is a function's log group (its LoggingConfig).
 
 Statistics (Sum, Average, Minimum, Maximum, SampleCount, pNN) are computed per period as CloudWatch does over the
 raw values; the page (devstack.dashboard_page) draws one panel per widget. Pure except QueueSampler.
@@ -16,6 +19,7 @@ raw values; the page (devstack.dashboard_page) draws one panel per widget. Pure 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devstack.esm import Invocation
+from devstack.logs_insights import Query, evaluate, parse
 from devstack.template import TemplateFacts
 
 Dims = tuple[tuple[str, str], ...]
@@ -56,6 +61,22 @@ class Widget:
     title: str
     period: int
     metrics: tuple[Metric, ...]
+    query: Query | None = None  # a log widget: its Logs Insights query (metrics empty)
+    functions: tuple[str, ...] = ()  # a log widget: the functions whose log groups it reads (logical ids)
+
+
+TimedRecords = Sequence[tuple[float, Mapping[str, Any]]]
+
+
+def log_group_functions(facts: TemplateFacts) -> dict[str, str]:
+    """Log group (logical id) -> the function (logical id) that writes there (its LoggingConfig.LogGroup)."""
+    out = {}
+    for fn in facts.functions:
+        with contextlib.suppress(KeyError):
+            group = (facts.resource_property(fn, "LoggingConfig") or {}).get("LogGroup")
+            if isinstance(group, str):
+                out[_PLACEHOLDER.sub(r"\1", group)] = fn
+    return out
 
 
 # -- the widgets ------------------------------------------------------------------------------------------------
@@ -67,9 +88,18 @@ def widgets(
     application=None: in `facts`' own template."""
     source = facts if application is None else facts.nested(application)
     body = json.loads(_PLACEHOLDER.sub(r"\1", source.resource_property(dashboard, "DashboardBody")))
+    groups = log_group_functions(facts)
     out = []
     for widget in body["widgets"]:
         props = widget["properties"]
+        if widget["type"] == "log":
+            query = parse(props["query"])  # UnsupportedQuery: outside the subset this page can draw
+            unknown = [g for g in query.sources if g not in groups]
+            if unknown:
+                raise ValueError(f"{props['title']!r}: SOURCE {unknown} is no function's log group")
+            functions = tuple(groups[g] for g in query.sources)
+            out.append(Widget(props["title"], query.bin_seconds, (), query, functions))
+            continue
         metrics = []
         for entry in props["metrics"]:
             options = entry[-1] if isinstance(entry[-1], dict) else {}
@@ -105,6 +135,18 @@ def emf_points(records: Iterable[Mapping[str, Any]]) -> list[Point]:
                     for value in raw if isinstance(raw, list) else [raw]:
                         if isinstance(value, int | float):
                             out.append(Point(directive["Namespace"], metric["Name"], dims, at, float(value)))
+    return out
+
+
+def deleted_points(invocations: Iterable[Invocation], facts: TemplateFacts) -> list[Point]:
+    """AWS/SQS NumberOfMessagesDeleted: the records of each invocation the runner deleted (not reported failed)."""
+    queues = {(fn.logical_id, e.name): e.queue_logical_id for fn in facts.functions.values() for e in fn.sqs_events}
+    out = []
+    for inv in invocations:
+        queue = queues.get((inv.function, inv.event_source))
+        if queue is not None:
+            deleted = float(inv.batch_size - len(inv.failed_ids))
+            out.append(Point("AWS/SQS", "NumberOfMessagesDeleted", (("QueueName", queue),), inv.started_at, deleted))
     return out
 
 
@@ -199,14 +241,29 @@ def series(points: Iterable[Point], metric: Metric, period: int) -> list[tuple[f
     return [(start, statistic(vals, metric.stat)) for start, vals in sorted(buckets.items())]
 
 
-def panels(defined: Sequence[Widget], points: Sequence[Point], period: int | None = None) -> list[dict[str, Any]]:
-    """What the page draws: each widget with its metrics' series (period: override, e.g. 10 s for a short demo)."""
+def panels(
+    defined: Sequence[Widget],
+    points: Sequence[Point],
+    period: int | None = None,
+    logs: Mapping[str, TimedRecords] | None = None,
+) -> list[dict[str, Any]]:
+    """What the page draws: each widget with its series (period: override, e.g. 10 s for a short demo); a log
+    widget's from `logs`, function (logical id) -> its (time, JSON line)s."""
     out = []
     for w in defined:
         p = period or w.period
-        lines = [
-            {"label": m.label, "stat": m.stat, "metric": f"{m.namespace} {m.name}", "points": series(points, m, p)}
-            for m in w.metrics
-        ]
-        out.append({"title": w.title, "period": p, "lines": lines})
+        if w.query is not None:
+            lines = [(at, line) for fn in w.functions for at, line in (logs or {}).get(fn, ())]
+            found = evaluate(w.query, lines, p)
+            source = f"logs {','.join(w.functions)}"
+            drawn = [
+                {"label": a.name, "stat": a.function, "metric": source, "points": found[a.name]}
+                for a in w.query.aggregates
+            ]
+        else:
+            drawn = [
+                {"label": m.label, "stat": m.stat, "metric": f"{m.namespace} {m.name}", "points": series(points, m, p)}
+                for m in w.metrics
+            ]
+        out.append({"title": w.title, "period": p, "lines": drawn})
     return out

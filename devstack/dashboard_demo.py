@@ -12,7 +12,16 @@ from typing import Any
 
 from ccm.node.model import UNINITIALIZED_TAINT
 from devstack.aws import NODE_IMAGE_ID
-from devstack.dashboard import Point, QueueSampler, emf_points, lambda_points, panels, widgets
+from devstack.dashboard import (
+    Point,
+    QueueSampler,
+    TimedRecords,
+    deleted_points,
+    emf_points,
+    lambda_points,
+    panels,
+    widgets,
+)
 from devstack.dashboard_page import render
 from devstack.stack import Stack
 
@@ -29,14 +38,21 @@ def collect(stack: Stack, sampler: QueueSampler) -> list[Point]:
     assert stack.runner is not None and stack.facts is not None
     points = list(sampler.points)
     points += lambda_points(stack.runner.log)
+    points += deleted_points(stack.runner.log, stack.facts)
     for function in stack.facts.functions:
         points += emf_points(stack.runner.log_records(function))
     return points
 
 
+def log_lines(stack: Stack) -> dict[str, TimedRecords]:
+    """Each function's JSON log lines with their time: what the log widgets' queries read."""
+    assert stack.runner is not None and stack.facts is not None
+    return {function: stack.runner.timed_log_records(function) for function in stack.facts.functions}
+
+
 def page(stack: Stack, sampler: QueueSampler, period: int | None) -> tuple[str, list[dict[str, Any]]]:
     assert stack.facts is not None
-    drawn = panels(widgets(stack.facts), collect(stack, sampler), period)
+    drawn = panels(widgets(stack.facts), collect(stack, sampler), period, log_lines(stack))
     return render(drawn, f"serverless-ccm-{stack.config.cluster_name} (devstack)"), drawn
 
 

@@ -62,8 +62,11 @@ class LogBook:
                 self.echo.flush()
 
     def texts(self, function: str | None = None) -> list[str]:
+        return [x.text for x in self.lines(function)]
+
+    def lines(self, function: str | None = None) -> list[LogLine]:
         with self._lock:
-            return [x.text for x in self._lines if function is None or x.function == function]
+            return [x for x in self._lines if function is None or x.function == function]
 
 
 def lambda_environment(

@@ -277,11 +277,15 @@ class EventSourceRunner:
 
     def log_records(self, function: str | None = None) -> list[dict[str, Any]]:
         """The JSON log lines (LogFormat JSON, Powertools, EMF) of `function`, parsed."""
+        return [record for _, record in self.timed_log_records(function)]
+
+    def timed_log_records(self, function: str | None = None) -> list[tuple[float, dict[str, Any]]]:
+        """log_records with the time each line was read (CloudWatch Logs' ingestion time, Logs Insights' bins)."""
         records = []
-        for text in self.logs(function):
-            if text.startswith("{"):
+        for line in self._logs.lines(function):
+            if line.text.startswith("{"):
                 with contextlib.suppress(ValueError):
-                    records.append(json.loads(text))
+                    records.append((line.at, json.loads(line.text)))
         return records
 
     def probe(self, function: str, path: str | Path, name: str, *args: Any, every_new: bool = False) -> list[Any]:

@@ -39,7 +39,7 @@ class Config:
     # How often an idle sender proves SQS is reachable, and how stale that proof may get before /readyz fails.
     sqs_probe_seconds: float = 15.0
     sqs_ready_window_seconds: float = 60.0
-    # Heartbeat to the services queue (-> WatcherHeartbeat/WatcherLag metrics and the watcher-silence alarm).
+    # Heartbeat to the services queue (-> its deletion feeds the watcher-silence alarm; its lag is logged).
     heartbeat_seconds: float = 60.0
 
 

@@ -4,17 +4,21 @@
   composition roots in ccm.wiring) driven through one record of every kind the stated churn produces, against moto
   and the Kubernetes emulator (bench.world.BenchWorld); the EMF blobs they print are collected per situation
   (bench.emf.EmfCapture). A distinct (namespace, metric name, dimension names + values) is one CloudWatch metric.
+- `logged_lines()`: the JSON log lines the same run printed at INFO and above (Lambda's default level), by service
+  (POWERTOOLS_SERVICE_NAME): what the dashboard's Logs Insights widgets query (tests/template/test_dashboard.py).
 - `item_sizes()`: the membership table's items as ccm.membership.store writes them, sized by DynamoDB's rules.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools import Metrics
@@ -142,10 +146,46 @@ class _Context:
         return 600_000
 
 
+class _Handler(logging.Handler):
+    """One Powertools logger's lines, formatted by its own formatter (the JSON Lambda ingests), at INFO and above
+    as Lambda's default ApplicationLogLevel keeps them."""
+
+    def __init__(self, formatter: logging.Formatter, into: list[dict[str, Any]]) -> None:
+        super().__init__(logging.INFO)
+        self.setFormatter(formatter)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(json.loads(self.format(record)))
+
+
+class LogLines:
+    """The JSON lines the functions' Powertools loggers print, by service (the logger's name)."""
+
+    def __init__(self) -> None:
+        self.by_service: dict[str, list[dict[str, Any]]] = {}
+
+    @contextlib.contextmanager
+    def attached(self, *loggers: Any) -> Iterator[None]:
+        """Listen to these Powertools Loggers while inside."""
+        handlers = [
+            (logging.getLogger(lg.name), _Handler(lg.registered_formatter, self.by_service.setdefault(lg.name, [])))
+            for lg in loggers
+        ]
+        for std, handler in handlers:
+            std.addHandler(handler)
+        try:
+            yield
+        finally:
+            for std, handler in handlers:
+                std.removeHandler(handler)
+
+
 @dataclass
 class Emitted:
     capture: EmfCapture
     by_situation: dict[str, set[tuple[str, str, tuple[str, ...]]]]
+    logs: LogLines = field(default_factory=LogLines)
 
     @contextlib.contextmanager
     def situation(self, name: str, metrics: Metrics, service: str) -> Iterator[None]:
@@ -179,6 +219,16 @@ def _joining_node(bench: Any) -> dict[str, Any]:
 
 def emitted_metrics() -> dict[str, list[str]]:
     """situation -> the metrics it publishes, as "namespace/name[dimension=value,...]"."""
+    return _run()[0]
+
+
+def logged_lines() -> dict[str, list[dict[str, Any]]]:
+    """service -> the JSON log lines its runtime printed at INFO and above, over the same situations."""
+    return _run()[1]
+
+
+@functools.cache
+def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]]]:
     from bench.world import CLUSTER, BenchWorld
     from ccm.aws.security_groups import SecurityGroups
     from ccm.config import Settings
@@ -198,7 +248,10 @@ def emitted_metrics() -> dict[str, list[str]]:
 
     bench = BenchWorld(nodes=3, faithful=FaithfulSettings(sg_release_seconds=2.0, eventual_consistency=False))
     out = Emitted(EmfCapture(), {})
+    listening = contextlib.ExitStack()
     try:
+        runtimes = (service_rt, node_rt, route_rt, sweeper_rt)
+        listening.enter_context(out.logs.attached(*(rt.logger for rt in runtimes)))
         vpc = bench.world.vpc_id
         settings = Settings(CLUSTER, vpc, region=REGION, default_lb_type="nlb", membership_table=bench.table,
                             services_queue_url=bench.queue_url, sweeper_table=bench.table)  # fmt: skip
@@ -242,9 +295,11 @@ def emitted_metrics() -> dict[str, list[str]]:
         route_settings = route_rt.RouteSettings(CLUSTER, vpc, parse_cluster_cidrs(["10.244.0.0/16"]))
         routes = build_route_runtime(route_settings, RouteKube(from_kubeconfig(bench.kubeconfig)), bench.clients)
         route_metrics, route_service = route_rt.metrics, "route-reconciler"
-        for situation in ("route_change", "route_pass"):  # the first pass creates the routes, the next finds none
+        # The first pass creates the routes (triggered by a Node delta too: its end-to-end latency), the next none.
+        node_trigger = sqs_record(bench.delta("Node", "MODIFIED", node).to_body(), "routes")
+        for situation, records in (("route_change", [node_trigger]), ("route_pass", [])):
             with out.situation(situation, route_metrics, route_service):
-                routes.handle_batch({"Records": [sqs_record(_scheduled(), "routes")]}, _Context())
+                routes.handle_batch({"Records": [*records, sqs_record(_scheduled(), "routes")]}, _Context())
 
         sweeper = sweeper_rt.Sweeper(
             sweeper_rt.SweeperSettings.of(settings),
@@ -256,7 +311,9 @@ def emitted_metrics() -> dict[str, list[str]]:
         with out.situation("sweep", sweeper_rt.metrics, "sweeper"):
             sweeper.run()
     finally:
+        listening.close()
         bench.close()
-    return {
+    metrics = {
         s: sorted(f"{ns}/{name}[{','.join(dims)}]" for ns, name, dims in keys) for s, keys in out.by_situation.items()
     }
+    return metrics, out.logs.by_service

@@ -4,11 +4,12 @@ of our functions slowed by an injected delay (ccm.aws.clients CCM_AWS_INJECT_LAT
 Path measured: the emulator stores the Service -> the real watcher process observes it and sends a delta to the
 moto SQS FIFO queue -> the devstack runner invokes the real service handler (ESM MaximumConcurrency as given) ->
 the load balancer is created in moto -> status is written to the emulator. `latency_ms` is the handler's own
-EndToEndLatency metric (watcher observed -> status written), read back from its EMF output; `create_to_status_ms`
-cross-checks it from the emulator's request log (Service created -> status PATCH received).
+`end_to_end_ms` (watcher observed -> status written), read back from its "reconciled" log lines (what the
+dashboard's Logs Insights widget plots); `create_to_status_ms` cross-checks it from the emulator's request log
+(Service created -> status PATCH received).
 
 The runner gives every execution environment its own process (as Lambda does); the moto server and the emulator
-share this one (one GIL), the watcher is its own process. The EMF lines are read from the service function's log
+share this one (one GIL), the watcher is its own process. The log lines are read from the service function's log
 stream (runner.logs), what CloudWatch would ingest.
 
 AWS's API rate limits are on (devstack.aws_faithful token buckets with the documented ELB and EC2 figures): a burst
@@ -185,9 +186,9 @@ def run(
     calls_one, calls_source = create_calls(log_records)
     floor, floor_bucket, floor_actions = lambda_model.floor_s(services, calls_one)
     p99_s = percentile(hostname_s, 99) if hostname_s else None
-    e2e = capture.values.get("EndToEndLatency", [])
+    e2e = capture.values.get("end_to_end_ms", [])
     calls = capture.values.get("AwsCalls", [])
-    durations = capture.values.get("ReconcileDuration", [])
+    durations = capture.values.get("duration_ms", [])
     records = sum(i.batch_size for i in invocations)
     calls_per_create = max(calls) if calls else 0.0
     return {

@@ -48,7 +48,7 @@ def test_latency_and_cost_at_small_scale_write_figures_and_plots(aws_calls_resul
 
     lat = results["latency_ms"]
     assert lat["services"] == 10 and lat["concurrency"] == 10 and lat["injected_latency_ms"] == 50
-    # one EndToEndLatency figure per Service whose status the reconciler wrote, read from the handler's EMF
+    # one end_to_end_ms figure per Service whose status the reconciler wrote, read from the handler's log lines
     assert len(lat["samples"]) == lat["status_writes_seen"] == 10
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
     # every AWS call was slowed by 50 ms: no reconcile can be faster than its calls x 50 ms

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from devstack.dashboard import Metric, Point, emf_points, panels, series, statistic, widgets
+from devstack.dashboard import Metric, Point, Widget, emf_points, panels, series, statistic, widgets
 from devstack.dashboard_demo import dashboard
 from devstack.dashboard_page import render
+from devstack.logs_insights import parse
 from devstack.stack import Stack, StackConfig
 
 CHROMIUM_FLAGS = (
@@ -55,9 +56,11 @@ def test_the_demo_fills_every_widget_of_the_template_dashboard_in_a_browser(tmp_
     assert [title.split(" <small>")[0] for _, title, _ in sections] == [w.title.replace(">", "&gt;") for w in defined]
     for state, title, body in sections:
         assert state == "data" and "<polyline" in body, title
+    # Logs Insights widgets, evaluated over the functions' log lines: each percentile of the query has points.
     (reconcile,) = [body for _, title, body in sections if title.startswith("Service: reconcile duration")]
     for stat in ("p50", "p90", "p99"):
-        assert re.search(rf'data-points="[1-9]\d*"><i [^>]*></i>service {stat} \({stat}\)', reconcile), stat
+        assert re.search(rf'data-points="[1-9]\d*"><i [^>]*></i>{stat} \(pct\)', reconcile), stat
+    assert any(w.query is not None for w in defined) and any(w.metrics for w in defined)
 
 
 def test_a_widget_without_datapoints_says_no_data_in_the_browser(tmp_path: Path) -> None:
@@ -103,3 +106,26 @@ def test_emf_documents_become_points_and_points_series_per_period() -> None:
     other = Metric("N", "D", (("service", "other"),), "Maximum", "d")
     assert series(points, other, 60) == []
     assert panels([], points) == []
+
+
+def test_a_log_widget_is_its_query_over_the_functions_log_lines() -> None:
+    query = parse(
+        "SOURCE 'G' | filter message = \"reconciled\" | stats pct(duration_ms, 50) as p50, max(duration_ms) as max,"
+        " count(*) as n by bin(1m)"
+    )
+    widget = Widget("durations", 60, (), query, ("Fn",))
+    logs = {
+        "Fn": [
+            (1000.0, {"message": "reconciled", "duration_ms": 3.0}),
+            (1010.0, {"message": "reconciled", "duration_ms": 9.0}),
+            (1015.0, {"message": "waiting on AWS", "duration_ms": 500.0}),  # filtered out
+            (1070.0, {"message": "reconciled", "duration_ms": "n/a"}),  # not a number: counted, not aggregated
+        ],
+        "Other": [(1000.0, {"message": "reconciled", "duration_ms": 1000.0})],  # another function's log group
+    }
+    (drawn,) = panels([widget], [], logs=logs)
+    assert {line["label"]: line["points"] for line in drawn["lines"]} == {
+        "p50": [(960.0, 3.0)],
+        "max": [(960.0, 9.0)],
+        "n": [(960.0, 2.0), (1020.0, 1.0)],
+    }

@@ -78,7 +78,8 @@ def test_the_nested_observability_template_gets_the_parents_names() -> None:
     assert obs.parameters["SweeperFunctionName"] == "" and obs.parameters["RoutesQueueName"] == ""
     assert obs.resource_property("Dashboard", "DashboardName") == "serverless-ccm-facts-overview"
     body = obs.resource_property("Dashboard", "DashboardBody")
-    assert '"FunctionName","facts-svc"' in body and "SweeperOrphansFound" not in body
+    assert '"FunctionName","facts-svc"' in body and "sweep done" not in body
+    assert "SOURCE '${ServiceReconcilerLogGroup}'" in body  # the log widgets' group: a name not given yet
     with pytest.raises(TemplateError):
         facts.nested("ServicesQueue")
 

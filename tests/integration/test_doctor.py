@@ -78,14 +78,14 @@ class Env:
         return ["--cluster", CLUSTER, "--region", REGION, "--stack", "ccm", *extra]
 
 
-def put_heartbeat(minutes_ago: float = 1.0) -> None:
-    """What the service reconciler emits (EMF) for each watcher heartbeat it processes."""
+def put_heartbeat(minutes_ago: float = 1.0, queue: str = "prod-ccm-services.fifo") -> None:
+    """What SQS publishes once the service reconciler processed (deleted) a watcher heartbeat from its queue."""
     boto3.client("cloudwatch", region_name=REGION).put_metric_data(
-        Namespace="ServerlessCCM",
+        Namespace="AWS/SQS",
         MetricData=[
             {
-                "MetricName": "WatcherHeartbeat",
-                "Dimensions": [{"Name": "service", "Value": "service-reconciler"}],
+                "MetricName": "NumberOfMessagesDeleted",
+                "Dimensions": [{"Name": "QueueName", "Value": queue}],
                 "Timestamp": datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=minutes_ago),
                 "Value": 1.0,
                 "Unit": "Count",
@@ -348,6 +348,8 @@ def test_only_heartbeats_inside_the_window_count_and_a_missing_deployment_fails(
     assert findings["watcher.heartbeat"].status == "fail"
     assert findings["watcher.pods"].status == "fail" and "not found" in findings["watcher.pods"].message
     assert findings["watcher.pods"].fix.startswith("kubectl apply -k deploy/base")
+    put_heartbeat(queue="prod-ccm-nodes.fifo")  # another queue's deletions say nothing of the watcher's heartbeats
+    assert {f.check: f for f in findings_of(env, "--no-kube")}["watcher.heartbeat"].status == "fail"
     put_heartbeat()
     assert {f.check: f for f in findings_of(env, "--no-kube")}["watcher.heartbeat"].status == "ok"
 

@@ -1,6 +1,8 @@
 """No dead widgets: every metric the dashboard plots or an alarm watches is one our code emits (name, namespace,
-dimensions) or an AWS metric of a resource that exists, for every combination of features. The dashboard and the
-alarms live in observability.yaml, evaluated with what template.yaml passes it (the nested stack `Observability`)."""
+dimensions) or an AWS metric of a resource that exists, and every Logs Insights widget reads the log group of a
+function of this deployment and fields its log lines really carry, for every combination of features. The dashboard
+and the alarms live in observability.yaml, evaluated with what template.yaml passes it (the nested stack
+`Observability`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from bench.scenarios.cost_inputs import logged_lines
+from devstack.logs_insights import parse
 from tests.template.cfn import ROOT, SCENARIOS, Stack
 
 NESTED = "Observability"  # template.yaml's nested application of observability.yaml
@@ -22,7 +26,7 @@ NESTED = "Observability"  # template.yaml's nested application of observability.
 CODE = ROOT / "layers" / "ccm" / "ccm"
 AWS_METRICS = {
     "AWS/SQS": ("QueueName", {"ApproximateAgeOfOldestMessage", "ApproximateNumberOfMessagesVisible",
-                              "ApproximateNumberOfMessagesNotVisible"}),
+                              "ApproximateNumberOfMessagesNotVisible", "NumberOfMessagesDeleted"}),
     "AWS/Lambda": ("FunctionName", {"Errors", "Throttles"}),
 }  # fmt: skip
 AWS_RESOURCE_TYPE = {"AWS/SQS": "AWS::SQS::Queue", "AWS/Lambda": "AWS::Lambda::Function"}
@@ -47,11 +51,7 @@ def emitted_names(module: Path) -> frozenset[str]:
                     )
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "add_call_metrics":
-            # The shared call metrics (ccm/call_metrics.py) plus the duration name the caller passes.
-            names.update(emitted_names(ROOT / "layers" / "ccm" / "ccm" / "call_metrics.py"))
-            duration = node.args[2]
-            assert isinstance(duration, ast.Constant), f"{module}: duration metric name not found"
-            names.add(duration.value)
+            names.update(emitted_names(ROOT / "layers" / "ccm" / "ccm" / "call_metrics.py"))  # the shared ones
         nonzero = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "add_if_nonzero"
         if nonzero or (
             isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_metric"
@@ -61,7 +61,7 @@ def emitted_names(module: Path) -> frozenset[str]:
             if isinstance(arg, ast.Constant):
                 names.add(arg.value)
             elif isinstance(arg, ast.Name) and arg.id in parameters:
-                continue  # named by the caller (add_call_metrics' duration): collected at the call site
+                continue  # named by the caller (add_if_nonzero's own `name`): collected at the call site
             else:
                 assert isinstance(arg, ast.Name) and loop_values.get(arg.id), f"{module}: metric name not found"
                 names.update(loop_values[arg.id])
@@ -92,18 +92,45 @@ def emitted(stack: Stack) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], 
     return out
 
 
-def dashboard_metrics(stack: Stack) -> list[tuple[str, list[Any]]]:
+def dashboard_widgets(stack: Stack) -> list[dict[str, Any]]:
     assert not stack.of_type("AWS::CloudWatch::Dashboard"), "the dashboard belongs in observability.yaml"
     obs = stack.nested[NESTED]
     (dash,) = obs.of_type("AWS::CloudWatch::Dashboard").values()
-    body = json.loads(obs.value(dash["Properties"]["DashboardBody"]))
+    widgets: list[dict[str, Any]] = json.loads(obs.value(dash["Properties"]["DashboardBody"]))["widgets"]
+    for widget in widgets:
+        assert widget["type"] in ("metric", "log"), widget
+        assert widget["properties"]["region"] == "us-east-1"
+    return widgets
+
+
+def dashboard_metrics(stack: Stack) -> list[tuple[str, list[Any]]]:
     out = []
-    for widget in body["widgets"]:
-        assert widget["type"] == "metric"
+    for widget in dashboard_widgets(stack):
         props = widget["properties"]
-        assert props["metrics"], f"widget {props['title']!r} plots nothing"
-        assert props["region"] == "us-east-1"
-        out.extend((props["title"], entry) for entry in props["metrics"])
+        if widget["type"] == "metric":
+            assert props["metrics"], f"widget {props['title']!r} plots nothing"
+            out.extend((props["title"], entry) for entry in props["metrics"])
+    return out
+
+
+def dashboard_queries(stack: Stack) -> list[tuple[str, str]]:
+    """(title, Logs Insights query) of every log widget; as the console draws it (view timeSeries, a line each)."""
+    out = []
+    for widget in dashboard_widgets(stack):
+        props = widget["properties"]
+        if widget["type"] == "log":
+            assert props["view"] == "timeSeries" and props["stacked"] is False, props["title"]
+            out.append((props["title"], props["query"]))
+    return out
+
+
+def log_group_writers(stack: Stack) -> dict[str, str]:
+    """Log group ("<LogicalId>", as a Ref reaches the nested stack) -> the function that logs there."""
+    out = {}
+    for logical_id, fn in stack.of_type("AWS::Lambda::Function").items():
+        group = stack.value(fn["Properties"]["LoggingConfig"]["LogGroup"])
+        assert group.strip("<>") in stack.of_type("AWS::Logs::LogGroup"), (logical_id, group)
+        out[group] = logical_id
     return out
 
 
@@ -146,18 +173,59 @@ def test_every_plotted_metric_is_emitted_or_exists(scenario: str) -> None:
         assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", name),)) in names, name
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_log_widget_reads_its_functions_log_group_and_fields_its_lines_carry(scenario: str) -> None:
+    """Each SOURCE is the log group of a function of this deployment (its LoggingConfig.LogGroup in template.yaml);
+    the query is in the subset the devstack evaluates (parse raises otherwise); and among the lines that function's
+    runtime really prints at INFO (bench.scenarios.cost_inputs.logged_lines: every situation of the cost model)
+    some pass the filters with a number in every aggregated field."""
+    stack = Stack(SCENARIOS[scenario])
+    writers = log_group_writers(stack)
+    lines = logged_lines()
+    queries = dashboard_queries(stack)
+    assert queries
+    for title, text in queries:
+        query = parse(text)
+        for group in query.sources:
+            assert group in writers, (title, group, writers)
+            fn = stack.resources[writers[group]]["Properties"]
+            service = stack.value(fn["Environment"]["Variables"])["POWERTOOLS_SERVICE_NAME"]
+            passing = [line for line in lines[service] if all(f.matches(line) for f in query.filters)]
+            assert passing, (title, group, query.filters)
+            for agg in query.aggregates:
+                if agg.field is not None:
+                    values = [line[agg.field] for line in passing if agg.field in line]
+                    assert any(isinstance(v, int | float) and not isinstance(v, bool) for v in values), (
+                        title, service, agg.field)  # fmt: skip
+
+
+def percentiles(queries: list[tuple[str, str]], source: str, field: str) -> set[float]:
+    found = set()
+    for _, text in queries:
+        query = parse(text)
+        if source in query.sources:
+            found |= {a.percentile for a in query.aggregates if a.function == "pct" and a.field == field}
+    return {p for p in found if p is not None}
+
+
 def test_dashboard_has_what_operators_need() -> None:
     stack = Stack(SCENARIOS["routes"])
-    plotted = {(split(e)[1], dict(split(e)[2]).get("service"), (e[-1] if isinstance(e[-1], dict) else {}).get("stat"))
-               for _, e in dashboard_metrics(stack)}  # fmt: skip
-    for service, duration in (("service-reconciler", "ReconcileDuration"), ("node-reconciler", "NodeRecordDuration"),
-                              ("route-reconciler", "ReconcileDuration")):  # fmt: skip
-        assert {(duration, service, p) for p in ("p50", "p90", "p99")} <= plotted, service
-        assert ("AwsMutatingCalls", service, None) in plotted and ("AwsThrottles", service, None) in plotted, service
-    assert {("EndToEndLatency", "service-reconciler", p) for p in ("p50", "p90", "p99")} <= plotted
-    assert {("RouteEndToEndLatency", "route-reconciler", p) for p in ("p50", "p90", "p99")} <= plotted
-    assert ("WatcherLag", "service-reconciler", "p50") in plotted
-    assert {m for m, _, _ in plotted} >= {"ApproximateAgeOfOldestMessage", "Errors", "Throttles"}
+    plotted = {(split(e)[1], dict(split(e)[2]).get("service")) for _, e in dashboard_metrics(stack)}
+    queries = dashboard_queries(stack)
+    groups = {fn: group for group, fn in log_group_writers(stack).items()}
+    for fn in ("ServiceReconcilerFunction", "NodeReconcilerFunction", "RouteReconcilerFunction"):
+        # durations and end to end latencies: p50/p90/p99 per function, from the record's log line
+        assert percentiles(queries, groups[fn], "duration_ms") == {50, 90, 99}, fn
+        assert percentiles(queries, groups[fn], "end_to_end_ms") == {50, 90, 99}, fn
+        assert any(groups[fn] in q and "sum(mutating_calls)" in q for _, q in queries), fn
+    for service in ("service-reconciler", "node-reconciler", "route-reconciler", "sweeper"):
+        assert ("AwsThrottles", service) in plotted, service  # a failure counter: a metric, only when non-zero
+    assert percentiles(queries, groups["ServiceReconcilerFunction"], "watcher_lag_ms") == {50}
+    names = {m for m, _ in plotted}
+    assert names >= {"ApproximateAgeOfOldestMessage", "Errors", "Throttles", "NumberOfMessagesDeleted"}
+    assert names >= {"ReconcileFailed", "MalformedMessages", "NodeRecordFailed", "RouteReconcileFailed"}
+    # Nothing the runtimes stopped publishing is still plotted.
+    assert not names & {"ReconcileDuration", "EndToEndLatency", "WatcherHeartbeat", "WatcherLag"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -185,19 +253,27 @@ def test_every_alarm_watches_a_live_metric_and_notifies_when_asked(scenario: str
         # Throttles are plotted, not alarmed: a throttled batch stays queued and the queue age alarm catches
         # throttling that lasts (observability.yaml says why; docs/operations.md lists the alarms).
         assert ("Throttles", (("FunctionName", f"<{fn}>"),)) not in watched, fn
-    silence = alarms["WatcherSilenceAlarm"]["Properties"]
-    assert (silence["MetricName"], silence["TreatMissingData"], silence["ComparisonOperator"]) == (
-        "WatcherHeartbeat",
-        "breaching",
-        "LessThanThreshold",
-    )
+    # The watcher's heartbeats are deleted from the services queue once processed: the free SQS metric stands in
+    # for a custom heartbeat metric; missing data (no message at all) breaches.
+    silence = obs.value(alarms["WatcherSilenceAlarm"]["Properties"])
+    services_queue = stack.value(stack.resources["ServicesQueue"]["Properties"]["QueueName"])
+    assert (silence["Namespace"], silence["MetricName"], silence["Dimensions"]) == (
+        "AWS/SQS", "NumberOfMessagesDeleted", [{"Name": "QueueName", "Value": services_queue}])  # fmt: skip
+    assert (silence["Statistic"], silence["Period"], silence["EvaluationPeriods"], silence["Threshold"]) == (
+        "Sum", 300, 2, 1)  # fmt: skip
+    assert (silence["TreatMissingData"], silence["ComparisonOperator"]) == ("breaching", "LessThanThreshold")
+    assert not [a for a in alarms.values() if obs.value(a["Properties"])["Namespace"] == "ServerlessCCM"]
 
 
 _EMF_PROBE = """
-import json, sys, time
-from ccm.contracts.messages import heartbeat_for
+import contextlib
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from ccm.config import Settings
 from ccm.service.runtime import ServiceRuntime, metrics
-ServiceRuntime.on_heartbeat(heartbeat_for("probe", time.time(), 60), time.time())
+runtime = ServiceRuntime(Settings("probe", "vpc-1"), None, None, None)  # a malformed body needs no client
+with contextlib.suppress(Exception):
+    runtime.handle_record(SQSRecord({"messageId": "m", "body": "not a delta", "attributes": {
+        "ApproximateReceiveCount": "1", "SentTimestamp": "0", "SenderId": "probe"}}))
 metrics.flush_metrics()
 """
 
@@ -218,9 +294,10 @@ def test_emf_shape_matches_what_the_dashboard_assumes() -> None:
     for metric in directive["Metrics"]:
         key = (directive["Namespace"], metric["Name"], (("service", doc["service"]),))
         assert key in emitted(stack), key
-    assert {m["Name"] for m in directive["Metrics"]} == {"WatcherHeartbeat", "WatcherLag"}
+    assert {m["Name"] for m in directive["Metrics"]} == {"MalformedMessages"}
 
 
 def test_metric_name_scan_sees_loop_fed_names() -> None:
     names = emitted_names(CODE / "route" / "runtime.py")
-    assert {"RoutesCreated", "RouteProblems", "AwsThrottles", "RouteEndToEndLatency"} <= names
+    assert {"RouteProblems", "RouteCallsFailed", "AwsThrottles", "RouteReconcileFailed"} <= names
+    assert "RoutesCreated" not in names and "RouteEndToEndLatency" not in names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -86,9 +87,11 @@ def test_defaults_delete_after_thirty_minutes_and_the_switch_removes_everything(
     assert off_obs.params["SweeperFunctionName"] == "" and on_obs.params["SweeperFunctionName"] == "<SweeperFunction>"
     assert not [k for k in off_obs.resources if k.startswith("Sweeper")]
     assert "SweeperErrorsAlarm" in on_obs.resources and "SweeperThrottlesAlarm" not in on_obs.resources
-    assert "SweeperOrphansFound" not in off_obs.value(off_obs.resources["Dashboard"]["Properties"]["DashboardBody"])
+    assert "sweep done" not in off_obs.value(off_obs.resources["Dashboard"]["Properties"]["DashboardBody"])
     body = on_obs.value(on_obs.resources["Dashboard"]["Properties"]["DashboardBody"])
-    assert all(m in body for m in ("SweeperOrphansFound", "SweeperDeleted", "SweeperDriftRequeued"))
+    (sweeper,) = [w["properties"]["query"] for w in json.loads(body)["widgets"] if "SweeperLogGroup" in str(w)]
+    assert sweeper.startswith("SOURCE '<SweeperLogGroup>' | filter message = \"sweep done\"")  # Logs Insights
+    assert all(f"sum({f})" in sweeper for f in ("orphans", "deleted", "requeued", "mutating_calls"))
 
 
 def test_the_sweeper_role_deletes_only_cluster_owned_resources_and_writes_nothing_else() -> None:

@@ -37,7 +37,7 @@ def test_a_healthy_watcher_passes_every_check() -> None:
         "watcher.NodesQueueUrl": "ok",
         "watcher.heartbeat": "ok",
     }
-    assert "2/2 pod(s) ready" in findings[0].message and "10 heartbeat(s)" in findings[-1].message
+    assert "2/2 pod(s) ready" in findings[0].message and "10 services queue message(s)" in findings[-1].message
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,9 @@ Heartbeat (kind "Watcher", type "HEARTBEAT", only on the services queue): the wa
 heartbeat period (60 s by default) through the queue, since its role may only send to SQS. key "watcher/heartbeat"
 (its own message group), uid "heartbeat", resourceVersion = the start of the period in unix seconds, observedAt =
 when it was sent, object = {"replica": <pod name>}. The deduplication id ignores the replica, so the heartbeats of
-two replicas for the same period collapse into one. The services Lambda turns it into the WatcherHeartbeat and
-WatcherLag metrics and touches nothing else (see heartbeat_for).
+two replicas for the same period collapse into one. The services Lambda logs its lag (`watcher_lag_ms`, the
+"watcher heartbeat" line) and touches nothing else (see heartbeat_for); the message it deletes is what the watcher
+silence alarm counts (AWS/SQS NumberOfMessagesDeleted of the services queue).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def collect(
         facts.access_entries = g.gather_access_entries(eks, args.cluster, roles)
         facts.cluster_auth_mode = g.cluster_auth_mode(eks, args.cluster)
     if facts.stack:
-        facts.watcher = _gather_watcher(args, session)
+        facts.watcher = _gather_watcher(args, session, facts.stack.outputs.get("ServicesQueueUrl"))
     if args.no_kube:
         facts.rbac_error = "skipped (--no-kube)"
     else:
@@ -113,7 +113,9 @@ def _function_kinds(facts: Facts) -> list[RoleKind]:
     return kinds
 
 
-def _gather_watcher(args: argparse.Namespace, session: boto3.session.Session) -> WatcherFacts:
+def _gather_watcher(
+    args: argparse.Namespace, session: boto3.session.Session, services_queue_url: str | None
+) -> WatcherFacts:
     namespace = args.watcher_service_account.partition("/")[0]
     read: g.KubeReader | None = None
     error = "skipped (--no-kube)" if args.no_kube else None
@@ -123,7 +125,11 @@ def _gather_watcher(args: argparse.Namespace, session: boto3.session.Session) ->
         except Exception as err:  # no kubeconfig: the watcher's pods are unknown, its heartbeats still checked
             error = g._describe(err)
     facts = g.gather_watcher(read, namespace, WATCHER_DEPLOYMENT, error)
-    g.gather_heartbeats(session.client("cloudwatch"), facts, datetime.datetime.now(datetime.UTC))
+    if services_queue_url is None:
+        facts.heartbeat_error = "the stack has no ServicesQueueUrl output"
+    else:
+        now = datetime.datetime.now(datetime.UTC)
+        g.gather_heartbeats(session.client("cloudwatch"), facts, now, services_queue_url)
     return facts
 
 

@@ -96,7 +96,7 @@ class WatcherFacts:
     ready: int = 0  # status.readyReplicas
     env: dict[str, str] = field(default_factory=dict)  # the containers' env: envFrom ConfigMaps, then env
     error: str | None = None  # Deployment/ConfigMaps not readable (no kubeconfig, unreachable, forbidden)
-    heartbeats: float | None = None  # Sum of WatcherHeartbeat over the window; None when not read
+    heartbeats: float | None = None  # Sum of the services queue's NumberOfMessagesDeleted; None when not read
     heartbeat_window_minutes: int = 15
     heartbeat_error: str | None = None
 

@@ -30,7 +30,7 @@ from ccm.doctor.facts import (
     WatcherFacts,
 )
 from ccm.doctor.permissions import NODES_QUEUE, ROUTES_QUEUE, SERVICES_QUEUE, Arns, context_entries, requests
-from ccm.doctor.watcher import HEARTBEAT_METRIC, config_map_names, container_env
+from ccm.doctor.watcher import config_map_names, container_env, heartbeat_metric
 
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 # Where the stack names each role: an output first, then the logical id of the AWS::IAM::Role.
@@ -274,11 +274,12 @@ def gather_watcher(read: KubeReader | None, namespace: str, name: str, kube_erro
     return facts
 
 
-def gather_heartbeats(cloudwatch: Any, facts: WatcherFacts, now: datetime.datetime) -> None:
-    """Sum of the heartbeats the service reconciler counted over the window (one-minute buckets, all added)."""
+def gather_heartbeats(cloudwatch: Any, facts: WatcherFacts, now: datetime.datetime, services_queue_url: str) -> None:
+    """Sum of the services queue's deleted messages over the window (one-minute buckets, all added): heartbeats
+    processed, with the queue's other messages (ccm.doctor.watcher)."""
     try:
         points = cloudwatch.get_metric_statistics(
-            **HEARTBEAT_METRIC,
+            **heartbeat_metric(services_queue_url),
             StartTime=now - datetime.timedelta(minutes=facts.heartbeat_window_minutes),
             EndTime=now,
             Period=60,

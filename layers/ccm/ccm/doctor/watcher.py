@@ -1,8 +1,9 @@
 """Checks of the running watcher (pure): its pods are ready, it was given the stack's queues, its heartbeats arrive.
 
-Each heartbeat the watcher sends to the services queue is counted by the service reconciler as the CloudWatch
-metric ServerlessCCM/WatcherHeartbeat (dimension service=service-reconciler); template.yaml's WatcherSilenceAlarm
-fires on its absence. No heartbeat over the window means nothing the watcher sees reaches the reconcilers.
+Each heartbeat the watcher sends to the services queue is deleted from it once the service reconciler processed
+it: the free AWS/SQS NumberOfMessagesDeleted of that queue counts it (with the queue's other, rarer messages), and
+observability.yaml's WatcherSilenceAlarm fires on its absence. Nothing deleted over the window means nothing the
+watcher sees reaches the reconcilers.
 """
 
 from __future__ import annotations
@@ -14,11 +15,17 @@ from ccm.doctor.findings import Finding, fail, ok, unknown
 
 # The watcher's setting (watcher/config.py: WATCHER_<FIELD>) -> the stack output it must equal.
 QUEUE_SETTINGS = {"WATCHER_SERVICES_QUEUE_URL": "ServicesQueueUrl", "WATCHER_NODES_QUEUE_URL": "NodesQueueUrl"}
-HEARTBEAT_METRIC = {
-    "Namespace": "ServerlessCCM",
-    "MetricName": "WatcherHeartbeat",
-    "Dimensions": [{"Name": "service", "Value": "service-reconciler"}],
-}
+
+
+def heartbeat_metric(services_queue_url: str) -> dict[str, Any]:
+    """The metric the WatcherSilenceAlarm watches, for the services queue at this URL (its name is the last part)."""
+    return {
+        "Namespace": "AWS/SQS",
+        "MetricName": "NumberOfMessagesDeleted",
+        "Dimensions": [{"Name": "QueueName", "Value": services_queue_url.rstrip("/").rsplit("/", 1)[-1]}],
+    }
+
+
 INSTALL_FIX = "kubectl apply -k deploy/base (docs/deploy.md section 5)"
 
 
@@ -112,8 +119,9 @@ def _heartbeats(w: WatcherFacts) -> Finding:
     if w.heartbeats <= 0:
         return fail(
             "watcher.heartbeat",
-            f"no watcher heartbeat processed in {window} (ServerlessCCM/WatcherHeartbeat): the watcher is down, "
+            f"no watcher heartbeat processed in {window} (AWS/SQS NumberOfMessagesDeleted of the services queue): "
+            "the watcher is down, "
             "cannot send to SQS, or the service reconciler is not consuming",
             "docs/operations.md (WatcherSilenceAlarm): check the watcher's logs and /readyz, then the services queue",
         )
-    return ok("watcher.heartbeat", f"{w.heartbeats:g} heartbeat(s) processed in {window}")
+    return ok("watcher.heartbeat", f"{w.heartbeats:g} services queue message(s) processed in {window}")

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 
 from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.lbconfig import LbType
@@ -77,6 +76,7 @@ class RunReport:
     failed: int = 0
     decisions: list[dict[str, Any]] = field(default_factory=list)
     aws_calls: dict[str, int] = field(default_factory=dict)
+    mutating_calls: int = 0
     kube_calls: int = 0
 
 
@@ -233,13 +233,12 @@ class Sweeper:
             log.warning("could not record event %s", reason, exc_info=True)
 
     def _metrics(self, report: RunReport) -> None:
-        # SweeperOrphansFound every run (its 0 says the sweep ran: one metric, the sweeper widget's baseline); the
-        # rest only when non-zero. AwsCalls is in the run's log line only (ccm.call_metrics says why).
-        metrics.add_metric(name="SweeperOrphansFound", unit=MetricUnit.Count, value=report.orphans)
+        # Only what acted or failed, and only when non-zero. Orphans found, AWS calls and mutating calls are fields
+        # of the run's "sweep done" line (the dashboard's Logs Insights widget; ccm.call_metrics says why).
+        report.mutating_calls = CallCounter.mutating(report.aws_calls)
         for name, value in (
             ("SweeperDeleted", report.deleted),
             ("SweeperDriftRequeued", report.requeued),
-            ("AwsMutatingCalls", CallCounter.mutating(report.aws_calls)),
             ("AwsThrottles", self.clients.counter.thread_throttles()),
         ):
             add_if_nonzero(metrics, name, value)
