@@ -244,14 +244,21 @@ def test_every_alarm_watches_a_live_metric_and_notifies_when_asked(scenario: str
         assert props.get("AlarmActions") == (["<AlarmTopic>"] if topic else None), logical_id
         watched.add((props["MetricName"], dims))
     for queue, spec in stack.of_type("AWS::SQS::Queue").items():
-        metric = "ApproximateNumberOfMessagesVisible" if queue.endswith("DLQ") else "ApproximateAgeOfOldestMessage"
+        # A DLQ by its visible messages; the services queue by its deletions (the heartbeats: WatcherSilenceAlarm
+        # is the faster stuck-pipeline alarm there); every other consumed queue by the age of its oldest message.
+        metric = {"ServicesQueue": "NumberOfMessagesDeleted"}.get(queue, "ApproximateAgeOfOldestMessage")
+        metric = "ApproximateNumberOfMessagesVisible" if queue.endswith("DLQ") else metric
         if queue.startswith("Nodes") and "NodeReconcilerFunction" not in stack.resources:
             continue  # nobody consumes the nodes queue, so its age says nothing and nothing reaches its DLQ
         assert (metric, (("QueueName", stack.value(spec["Properties"]["QueueName"])),)) in watched, (queue, metric)
+    mappings = stack.of_type("AWS::Lambda::EventSourceMapping").values()
+    fed = {stack.value(m["Properties"]["FunctionName"]).strip("<>") for m in mappings}
+    assert "ServiceReconcilerFunction" in fed and "SweeperFunction" not in fed
     for fn in stack.of_type("AWS::Lambda::Function"):
-        assert ("Errors", (("FunctionName", f"<{fn}>"),)) in watched, fn
-        # Throttles are plotted, not alarmed: a throttled batch stays queued and the queue age alarm catches
-        # throttling that lasts (observability.yaml says why; docs/operations.md lists the alarms).
+        # A queue-fed function is watched through its queue (a failing handler leaves its messages undeleted); only
+        # the scheduled sweeper has an Errors alarm. Throttles are plotted, not alarmed (observability.yaml says why;
+        # docs/operations.md lists the alarms).
+        assert (("Errors", (("FunctionName", f"<{fn}>"),)) in watched) is (fn not in fed), fn
         assert ("Throttles", (("FunctionName", f"<{fn}>"),)) not in watched, fn
     # The watcher's heartbeats are deleted from the services queue once processed: the free SQS metric stands in
     # for a custom heartbeat metric; missing data (no message at all) breaches.
