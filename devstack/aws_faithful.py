@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from devstack import aws_tagging, aws_throttling
+from devstack import aws_idempotency, aws_tagging, aws_throttling
 
 ENV_SG_RELEASE = "DEVSTACK_SG_RELEASE_SECONDS"
 
@@ -104,6 +104,7 @@ def install(new: FaithfulSettings | None = None) -> FaithfulSettings:
         if not _installed:
             _patch_security_groups()
             _patch_elbv2()
+            aws_idempotency.patch_moto()  # outermost: a repeated create is answered before any quota
             _patch_elb()
             aws_tagging.patch_moto()
             aws_throttling.patch_moto(lambda: _settings.rate_limits)
@@ -310,7 +311,8 @@ def _patch_elbv2() -> None:
 
     def create_load_balancer(self: Any, name: str, security_groups: list[str], *args: Any, **kwargs: Any) -> Any:
         _check_group_count(security_groups)
-        lb_type = kwargs.get("loadbalancer_type") or (args[4] if len(args) > 4 else None)
+        # (subnet_ids, subnet_mappings, scheme, loadbalancer_type, ...) when passed by position
+        lb_type = kwargs.get("loadbalancer_type") or (args[3] if len(args) > 3 else None)
         if _settings.quotas and lb_type == "network":
             nlbs = [lb for lb in self.load_balancers.values() if lb.type == "network"]
             if len(nlbs) >= _settings.max_nlbs_per_region and all(lb.name != name for lb in nlbs):

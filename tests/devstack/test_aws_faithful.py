@@ -364,3 +364,35 @@ def test_the_tagging_api_lists_classic_and_network_load_balancers_under_one_type
     account = client("sts", world.endpoint_url, REGION).get_caller_identity()["Account"]
     classic = f"arn:aws:elasticloadbalancing:{REGION}:{account}:loadbalancer/tagged-classic"
     assert {item["ResourceARN"] for item in found} == {classic, nlb}
+
+
+def test_elbv2_creates_are_idempotent_for_the_same_settings_and_refused_for_others(world: World, faithful: Any) -> None:
+    """API reference (CreateLoadBalancer, CreateTargetGroup, CreateListener): "If you attempt to create multiple ...
+    with the same settings, each call succeeds"; the name (a listener's port) taken with other settings is a
+    Duplicate* error. Never a second resource of one name, or a second listener on one port."""
+    elbv2 = client("elbv2", world.endpoint_url, REGION)
+    subnets = list(world.public_subnets.values())
+    lb = {"Name": "idempotent", "Type": "network", "Subnets": subnets}
+    first = elbv2.create_load_balancer(**lb)["LoadBalancers"][0]
+    again = elbv2.create_load_balancer(**lb)["LoadBalancers"][0]
+    assert again["LoadBalancerArn"] == first["LoadBalancerArn"]
+    with pytest.raises(ClientError) as err:
+        elbv2.create_load_balancer(**lb, Scheme="internal")
+    assert _code(err) == "DuplicateLoadBalancerName"
+    assert len(elbv2.describe_load_balancers(Names=["idempotent"])["LoadBalancers"]) == 1
+
+    tg = {"Name": "idempotent-tg", "Protocol": "TCP", "Port": 30080, "VpcId": world.vpc_id, "TargetType": "instance"}
+    group = elbv2.create_target_group(**tg)["TargetGroups"][0]["TargetGroupArn"]
+    assert elbv2.create_target_group(**tg)["TargetGroups"][0]["TargetGroupArn"] == group
+    with pytest.raises(ClientError) as err:
+        elbv2.create_target_group(**{**tg, "Port": 30081})
+    assert _code(err) == "DuplicateTargetGroupName"
+
+    forward = [{"Type": "forward", "TargetGroupArn": group}]
+    listener = {"LoadBalancerArn": first["LoadBalancerArn"], "Protocol": "TCP", "Port": 80, "DefaultActions": forward}
+    made = elbv2.create_listener(**listener)["Listeners"][0]["ListenerArn"]
+    assert elbv2.create_listener(**listener)["Listeners"][0]["ListenerArn"] == made
+    with pytest.raises(ClientError) as err:
+        elbv2.create_listener(**{**listener, "Protocol": "UDP"})
+    assert _code(err) == "DuplicateListener"
+    assert len(elbv2.describe_listeners(LoadBalancerArn=first["LoadBalancerArn"])["Listeners"]) == 1
