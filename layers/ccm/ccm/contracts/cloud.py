@@ -43,6 +43,11 @@ class PassFlags:
     # loadBalancerClass cannot exist yet and is created without looking (a claimed Service keeps the read:
     # cloud-provider-aws makes its load balancers under the same names, which we adopt).
     first_sight: bool = False
+    # Other Services are being created in the same burst: a pass that creates the load balancer stops once its
+    # hostname is published and hands the rest (target groups, listeners, targets) back to the queue, so every
+    # CreateLoadBalancer of the burst goes before those calls, which draw from the same ELB token bucket
+    # (ccm.service.reconciler, ccm.retry.CONTINUATION_DELAY_SECONDS).
+    hostname_first: bool = False
 
 
 ROUTINE = PassFlags()  # a first attempt of an ADDED/MODIFIED delta

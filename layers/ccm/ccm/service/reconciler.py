@@ -25,6 +25,7 @@ from ccm.contracts.cloud import (
 )
 from ccm.contracts.kube import KubeServices, Members
 from ccm.contracts.messages import Delta
+from ccm.retry import CONTINUATION_DELAY_SECONDS
 from ccm.service.decisions import Action, decide, ingress_equal
 from ccm.service.hints import hint_delete_refusal, leave_to_other_controller
 
@@ -51,6 +52,13 @@ class Outcome:
     invalid: str | None = None
     refused: list[str] = field(default_factory=list)  # deletes a message asked for that its resources refuted
     status_written_at: float = 0.0  # when the first status write of this pass landed (the hostname's latency)
+    # Set when the pass stopped after publishing a new LB's hostname (PassFlags.hostname_first): the record is to
+    # come back after this many seconds for the rest, neither a failure nor a wait.
+    continue_in: int | None = None
+
+
+class _HostnamePublished(Exception):
+    """Raised by `publish` to end a hostname-first pass right after the status write (nothing else is made)."""
 
 
 class ServiceReconciler:
@@ -165,10 +173,17 @@ class ServiceReconciler:
             # The hostname as soon as AWS gives it; the listeners and targets follow in this same pass.
             published.append(early.to_api().get("ingress", []))
             self._write_status(svc, published[-1], outcome)
+            if flags.hostname_first and outcome.status_written:
+                # Crash-safe at any point: the LB is found by name and the rest made by the next pass (a retry,
+                # thorough); no checkpoint was stored, so a delete meanwhile looks everything up by name.
+                raise _HostnamePublished()
 
         try:
             status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes, flags, publish)
         except ImplementedElsewhere:
+            return
+        except _HostnamePublished:
+            outcome.continue_in = CONTINUATION_DELAY_SECONDS
             return
         if status is None:
             raise RuntimeError("failed to ensure load balancer: no status returned")
