@@ -13,6 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ccm.aws.errors import error_code
+from ccm.aws.lbconfig import TYPE_ANNOTATION
 from ccm.contracts.messages import delta_for
 from tests.integration.conftest import World
 from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator, stack: fixtures)
@@ -54,6 +55,28 @@ def end_state(world: World, hostname: str) -> tuple[list[int], list[int], list[i
         for tg in groups
     ]
     return sorted(ls["Port"] for ls in listeners), sorted(tg["Port"] for tg in groups), sorted(targets)
+
+
+def warm(stack_: dict[str, Any], lb_type: str = "nlb") -> None:
+    """One create first: the cluster's shared security groups exist before a burst's passes run in parallel."""
+    svc = typed(stack_["core"], create_service(stack_["core"], f"warm-{lb_type}"), lb_type)
+    body = delta_for("Service", "ADDED", svc).to_body()
+    assert deliver(stack_, sqs_event(stack_, [body], f"default/warm-{lb_type}")) == set()
+
+
+def typed(core: Any, svc: dict[str, Any], lb_type: str) -> dict[str, Any]:
+    if lb_type == "nlb":
+        return svc
+    patched: dict[str, Any] = json.loads(
+        core.patch_namespaced_service(
+            svc["metadata"]["name"],
+            "default",
+            {"metadata": {"annotations": {TYPE_ANNOTATION: lb_type}}},
+            _preload_content=False,
+            _content_type="application/merge-patch+json",
+        ).data
+    )
+    return patched
 
 
 def node_ports(svc: dict[str, Any]) -> list[int]:
@@ -146,6 +169,7 @@ def test_a_crash_right_after_the_hostname_converges_with_no_leak(
     """The first pass dies between the status write and the deferral: the record comes back as a failure would
     (its visibility timeout), and the retry makes the rest; one LB, no second one, nothing orphaned."""
     core = stack["core"]
+    warm(stack)
     services = [create_service(core, name) for name in NAMES[:2]]
     event: dict[str, Any] = {"Records": []}
     for svc in services:
@@ -162,15 +186,32 @@ def test_a_crash_right_after_the_hostname_converges_with_no_leak(
         runtime.handle_batch(event, Ctx())
     monkeypatch.undo()
     elbv2 = world.clients.session.client("elbv2")
-    assert elbv2.describe_target_groups()["TargetGroups"] == []
+    assert len(elbv2.describe_target_groups()["TargetGroups"]) == 2  # the warm-up's: none of the burst's yet
     # The retry: the same records again (here at once; Lambda after the visibility timeout), one at a time.
     for record in event["Records"]:
         assert deliver(stack, {"Records": [record]}) == set()
     lbs = elbv2.describe_load_balancers()["LoadBalancers"]
-    assert len(lbs) == len(services)
+    assert len(lbs) == len(services) + 1
     for svc in services:
         live = read(core, svc["metadata"]["name"])
         assert live is not None
         listeners, groups, targets = end_state(world, live["status"]["loadBalancer"]["ingress"][0]["hostname"])
         assert listeners == [80, 443] and len(groups) == 2 and min(targets) > 0
-    assert len(elbv2.describe_target_groups()["TargetGroups"]) == 2 * len(services)
+    assert len(elbv2.describe_target_groups()["TargetGroups"]) == 2 * (len(services) + 1)
+
+
+def test_classic_elbs_of_a_burst_are_made_in_one_pass(stack: dict[str, Any], world: World) -> None:  # noqa: F811
+    """A Classic ELB's CreateLoadBalancer makes its listeners, and it serves once its instances are registered:
+    nothing to gain from a continuation, so a burst of them is made as before."""
+    core = stack["core"]
+    warm(stack, "clb")
+    event: dict[str, Any] = {"Records": []}
+    for name in NAMES[:2]:
+        svc = typed(core, create_service(core, name), "clb")
+        event["Records"] += sqs_event(stack, [delta_for("Service", "ADDED", svc).to_body()], f"default/{name}")[
+            "Records"
+        ]
+    assert deliver(stack, event) == set()
+    elb = world.clients.session.client("elb")
+    described = elb.describe_load_balancers()["LoadBalancerDescriptions"]
+    assert len(described) == 3 and all(len(lb["Instances"]) == len(world.nodes()) for lb in described)

@@ -14,6 +14,7 @@ from typing import Any
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
     ROUTINE,
+    HostnamePublished,
     ImplementedElsewhere,
     InvalidServiceConfig,
     KubeObject,
@@ -55,10 +56,6 @@ class Outcome:
     # Set when the pass stopped after publishing a new LB's hostname (PassFlags.hostname_first): the record is to
     # come back after this many seconds for the rest, neither a failure nor a wait.
     continue_in: int | None = None
-
-
-class _HostnamePublished(Exception):
-    """Raised by `publish` to end a hostname-first pass right after the status write (nothing else is made)."""
 
 
 class ServiceReconciler:
@@ -173,16 +170,14 @@ class ServiceReconciler:
             # The hostname as soon as AWS gives it; the listeners and targets follow in this same pass.
             published.append(early.to_api().get("ingress", []))
             self._write_status(svc, published[-1], outcome)
-            if flags.hostname_first and outcome.status_written:
-                # Crash-safe at any point: the LB is found by name and the rest made by the next pass (a retry,
-                # thorough); no checkpoint was stored, so a delete meanwhile looks everything up by name.
-                raise _HostnamePublished()
 
         try:
             status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes, flags, publish)
         except ImplementedElsewhere:
             return
-        except _HostnamePublished:
+        except HostnamePublished:
+            # A hostname-first pass: the status is written; the rest comes with the record's next receive (a
+            # thorough retry). No checkpoint was stored, so a delete meanwhile looks everything up by name.
             outcome.continue_in = CONTINUATION_DELAY_SECONDS
             return
         if status is None:
