@@ -33,7 +33,7 @@ no refusal for it; a new NLB's hostname is reported at once, as cloud-provider-a
 A record not started, or cut short, because the invocation's time ran out (ccm.deadline) is neither: it comes back
 after RETURN_DELAY_SECONDS.
 
-Nor is a **continuation**: in a burst of creations, the pass that creates a load balancer ends once its hostname is
+Nor is a **continuation**: in a burst of creations, the pass that creates an NLB ends once its hostname is
 published (PassFlags.hostname_first) and the record comes back after CONTINUATION_DELAY_SECONDS for the rest. Its
 next receive is an ordinary retry (a thorough pass: it reads what the first pass made, and whatever a crash in
 between may have left). The delay is what keeps the burst's CreateLoadBalancer calls ahead of the continuations'
