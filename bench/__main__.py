@@ -161,6 +161,14 @@ def print_timed(results: dict[str, Any], out: Any) -> None:
             "  each Lambda environment and the watcher are processes; moto and the emulator share ONE (one GIL)",
             file=out,
         )
+        hostname = lat.get("hostname_s") or {}
+        if hostname and "floor_complete_s" in lat:
+            print(
+                f"  hostname (created -> status) p50 {hostname['p50']} s, p99 {hostname['p99']} s, all "
+                f"{lat['hostname_all_s']} s; hostname floor {lat['floor_s']} s ({lat['floor_api']}), p99 - floor "
+                f"{lat['p99_over_floor_s']} s; complete {lat.get('complete_s')} s (floor {lat['floor_complete_s']} s)",
+                file=out,
+            )
     watcher = results.get("watcher") or {}
     if watcher:
         print(

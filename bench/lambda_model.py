@@ -8,8 +8,10 @@ group_threads) threads (ccm.batch) -> each record makes its measured AWS calls o
 token from AWS's bucket for its action class (the devstack's figures, devstack.aws_throttling) and taking an assumed
 latency; a throttled attempt is retried after botocore's jittered backoff (standard mode, ccm.aws.clients attempts);
 after the last attempt the record fails and comes back after ccm.retry's failure delay (5 s doubling), then makes its
-reads again and the calls it had not made (a reconcile is idempotent: it finds what it created) -> the status
-write ends it: that instant is its hostname time.
+reads again and the calls it had not made (a reconcile is idempotent: it finds what it created). The hostname is
+out when CreateLoadBalancer answers (the status write follows at once). With `continuation_s` set (the controller's
+hostname-first passes in a burst, ccm.retry.CONTINUATION_DELAY_SECONDS), the record ends there and comes back after
+that delay for its reads again and the rest; otherwise the rest follows in the same pass.
 
 Everything not measured is an assumption, listed in `Assumptions` and printed with the output. Deterministic: the
 jitter comes from random.Random(seed).
@@ -74,6 +76,7 @@ class Burst:
     max_concurrency: int = 10
     group_threads: int = 8
     rate_scale: float = 1.0  # x AWS's refill rates; math.inf: no throttling
+    continuation_s: float | None = None  # hostname-first passes: the rest comes back after this delay
     latency_scale: float = 1.0  # x the assumed latencies; 0: instant calls
     seed: int = 1
 
@@ -156,6 +159,8 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
     visible: list[tuple[float, int]] = []  # (visible at, service)
     receives = [0] * burst.services
     done: dict[int, float] = {}
+    hostname: dict[int, float] = {}
+    continued = [0]
     pollers_busy, warm_envs, cold_starts = [0], [0], [0]
 
     def concurrency(now: float) -> int:
@@ -213,10 +218,19 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
         def call(i: int, attempt: int, now: float) -> None:
             if i == len(calls):
                 done[service] = now
+                hostname.setdefault(service, now)
                 then(now)
                 return
             took = _latency_s(calls[i], a.latency_ms, burst.latency_scale, rng)
             if buckets.take(calls[i], now):
+                if calls[i].endswith(":CreateLoadBalancer"):
+                    hostname[service] = now + took
+                    if burst.continuation_s is not None and i + 1 < len(calls):
+                        continued[0] += 1
+                        todo[service] = [c for c in calls[:i] if _is_read(c)] + list(calls[i + 1 :])
+                        visible.append((now + took + burst.continuation_s, service))
+                        then(now + took)
+                        return
                 at(now + took, lambda t2: call(i + 1, 1, t2))
             elif attempt < a.retry_attempts:
                 sleep = rng.random() * a.retry_base_s * 2 ** (attempt - 1)
@@ -236,13 +250,15 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
     while events and len(done) < burst.services:
         t, _, fn = heapq.heappop(events)
         fn(t)
-    times = sorted(done.values())
+    times = sorted(hostname.values())
     return {
         "hostname_all_s": round(times[-1], 2) if times else None,
+        "complete_s": round(max(done.values()), 2) if done else None,
         **{f"p{q}_s": round(percentile(times, q), 2) if times else None for q in (50, 90, 99)},
         "cold_starts": cold_starts[0],
         "throttled_attempts": dict(sorted(buckets.throttled.items())),
-        "records_failed_and_retried": sum(r - 1 for r in receives),
+        "records_failed_and_retried": sum(r - 1 for r in receives) - continued[0],
+        "continuations": continued[0],
     }
 
 

@@ -163,8 +163,10 @@ def test_the_batch_stops_starting_records_when_its_time_runs_out(
     handle = runtime.handle_record
 
     def counted(record: Any) -> None:  # the record's status is written early (right after CreateLoadBalancer)
-        handle(record)
-        finished.append(record.message_id)
+        try:
+            handle(record)
+        finally:  # done also when handed back for its continuation (a batch creating 3 Services is a burst)
+            finished.append(record.message_id)
 
     monkeypatch.setattr(runtime, "handle_record", counted)
 
@@ -177,7 +179,9 @@ def test_the_batch_stops_starting_records_when_its_time_runs_out(
     response = stack["runtime"].handle_batch(event, AlmostOverAfterFirst())
 
     rest = event["Records"][1:]
-    assert {f["itemIdentifier"] for f in response["batchItemFailures"]} == {r["messageId"] for r in rest}
+    # Changed by design (hostname first in a burst): "a" is handed back too, for its continuation (45 s).
+    first = event["Records"][0]["messageId"]
+    assert {f["itemIdentifier"] for f in response["batchItemFailures"]} == {first} | {r["messageId"] for r in rest}
     assert read(core, "a")["status"]["loadBalancer"]["ingress"]  # the first one was reconciled
     assert not read(core, "b")["metadata"].get("finalizers") and not read(core, "c")["metadata"].get("finalizers")
     assert "ReconcileFailed" not in metric_names()

@@ -16,7 +16,7 @@ from ccm.contracts.cloud import PassFlags
 from ccm.contracts.messages import REPAIR, delta_for
 from ccm.service.decisions import Action
 from ccm.service.reconciler import Outcome
-from ccm.service.runtime import ServiceRuntime
+from ccm.service.runtime import ServiceRuntime, creations_in
 from tests.factories import service
 
 
@@ -87,3 +87,28 @@ def test_only_first_attempts_without_drift_trust_the_checkpoint(
     runtime.handle_record(record(delta.to_body(), receive_count))
     (flags,) = reconciler.flags
     assert flags.trust_applied is trusted
+
+
+def test_hostname_first_only_in_a_batch_that_creates_several_services() -> None:
+    """A burst is a batch with ADDED deltas of more than one Service (message group); a malformed body, another
+    type or a second ADDED of the same group does not make one."""
+
+    def raw(event_type: str, name: str, group: str | None = None) -> dict[str, Any]:
+        body = delta_for("Service", event_type, service(name=name)).to_body()
+        shaped = dict(record(body, 1).raw_event)
+        shaped["messageId"] = f"{name}-{event_type}"
+        shaped["attributes"] = {**shaped["attributes"], "MessageGroupId": group or f"default/{name}"}
+        return shaped
+
+    def flags_of(records: list[dict[str, Any]]) -> list[bool]:
+        reconciler = Recording()
+        runtime = ServiceRuntime(Settings("c", "vpc-1"), Clients(), reconciler, None)  # type: ignore[arg-type]
+        assert runtime.handle_batch({"Records": records}, None) == {"batchItemFailures": []}
+        return [flags.hostname_first for flags in reconciler.flags]
+
+    assert creations_in({"Records": [raw("ADDED", "a"), raw("ADDED", "b"), raw("MODIFIED", "c")]}) == 2
+    assert creations_in({"Records": [raw("ADDED", "a"), raw("ADDED", "a2", group="default/a")]}) == 1
+    assert creations_in({"Records": [raw("ADDED", "a"), {"body": "{not json", "attributes": {}}]}) == 1
+    assert flags_of([raw("ADDED", "a"), raw("ADDED", "b")]) == [True, True]
+    assert flags_of([raw("ADDED", "a"), raw("SYNC", "b")]) == [False, False]
+    assert flags_of([raw("ADDED", "a")]) == [False]

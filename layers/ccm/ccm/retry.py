@@ -32,6 +32,14 @@ no refusal for it; a new NLB's hostname is reported at once, as cloud-provider-a
 
 A record not started, or cut short, because the invocation's time ran out (ccm.deadline) is neither: it comes back
 after RETURN_DELAY_SECONDS.
+
+Nor is a **continuation**: in a burst of creations, the pass that creates an NLB ends once its hostname is
+published (PassFlags.hostname_first) and the record comes back after CONTINUATION_DELAY_SECONDS for the rest. Its
+next receive is an ordinary retry (a thorough pass: it reads what the first pass made, and whatever a crash in
+between may have left). The delay is what keeps the burst's CreateLoadBalancer calls ahead of the continuations'
+CreateTargetGroup / CreateListener, which draw from the same ELB bucket (20, then 5 a second): 200 creations take
+(200 - 20) / 5 = 36 s of that bucket, so continuations seen after 45 s leave it to them. Listeners added that late
+delay no traffic: a new NLB is `provisioning` for minutes after CreateLoadBalancer answers.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ FAILURE_BASE_SECONDS: Final = 5
 MAX_DELAY_SECONDS: Final = 300
 MIN_WAIT_SECONDS: Final = 5
 RETURN_DELAY_SECONDS: Final = 1
+CONTINUATION_DELAY_SECONDS: Final = 45
 # Tests only: scales every queue retry delay (e.g. 0.02 -> a 15-minute schedule in ~20 s). Unset in deployments.
 DELAY_SCALE_ENV: Final = "CCM_RETRY_DELAY_SCALE"
 

@@ -43,6 +43,7 @@ from ccm.contracts.cloud import (
     ROUTINE,
     Applied,
     CloudStateError,
+    HostnamePublished,
     ImplementedElsewhere,
     Ingress,
     KubeObject,
@@ -125,6 +126,8 @@ class NetworkLoadBalancers:
             lb = self._create_lb(desired, placement, group_ids)
             if publish is not None:
                 publish(LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),)))
+                if flags.hostname_first:  # crash-safe: the next pass finds the LB by name and makes the rest
+                    raise HostnamePublished(desired.name)
             observed = self._observe(lb, uid, flags, desired, created)
         assert observed is not None
         operations = m.plan(desired, observed)

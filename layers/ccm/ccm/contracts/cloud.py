@@ -43,6 +43,12 @@ class PassFlags:
     # loadBalancerClass cannot exist yet and is created without looking (a claimed Service keeps the read:
     # cloud-provider-aws makes its load balancers under the same names, which we adopt).
     first_sight: bool = False
+    # Other Services are being created in the same burst: a pass that creates an NLB stops once its hostname is
+    # published (HostnamePublished) and hands the rest (target groups, listeners, targets) back to the queue, so
+    # every CreateLoadBalancer of the burst goes before those calls, which draw from the same ELB token bucket
+    # (ccm.retry.CONTINUATION_DELAY_SECONDS). A Classic ELB is made in one pass: its CreateLoadBalancer makes its
+    # listeners, and it serves as soon as its instances are registered.
+    hostname_first: bool = False
 
 
 ROUTINE = PassFlags()  # a first attempt of an ADDED/MODIFIED delta
@@ -145,6 +151,11 @@ class LoadBalancerStatus:
 
 # Writes a status early (the hostname right after CreateLoadBalancer: clients wait on it, not on the listeners).
 Publish = Callable[[LoadBalancerStatus], None]
+
+
+class HostnamePublished(Exception):
+    """A driver's hostname-first pass (PassFlags.hostname_first) ends here: the LB was created and its hostname
+    published; the rest is made by the next pass."""
 
 
 class ImplementedElsewhere(Exception):

@@ -14,6 +14,7 @@ from typing import Any
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
     ROUTINE,
+    HostnamePublished,
     ImplementedElsewhere,
     InvalidServiceConfig,
     KubeObject,
@@ -25,6 +26,7 @@ from ccm.contracts.cloud import (
 )
 from ccm.contracts.kube import KubeServices, Members
 from ccm.contracts.messages import Delta
+from ccm.retry import CONTINUATION_DELAY_SECONDS
 from ccm.service.decisions import Action, decide, ingress_equal
 from ccm.service.hints import hint_delete_refusal, leave_to_other_controller
 
@@ -51,6 +53,9 @@ class Outcome:
     invalid: str | None = None
     refused: list[str] = field(default_factory=list)  # deletes a message asked for that its resources refuted
     status_written_at: float = 0.0  # when the first status write of this pass landed (the hostname's latency)
+    # Set when the pass stopped after publishing a new LB's hostname (PassFlags.hostname_first): the record is to
+    # come back after this many seconds for the rest, neither a failure nor a wait.
+    continue_in: int | None = None
 
 
 class ServiceReconciler:
@@ -169,6 +174,11 @@ class ServiceReconciler:
         try:
             status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes, flags, publish)
         except ImplementedElsewhere:
+            return
+        except HostnamePublished:
+            # A hostname-first pass: the status is written; the rest comes with the record's next receive (a
+            # thorough retry). No checkpoint was stored, so a delete meanwhile looks everything up by name.
+            outcome.continue_in = CONTINUATION_DELAY_SECONDS
             return
         if status is None:
             raise RuntimeError("failed to ensure load balancer: no status returned")

@@ -6,6 +6,10 @@ group still held, a load balancer still provisioning) is not a failure: it is lo
 on, counted in ReconcileWaiting, and retried at its own delay doubling to 300 s. The records Powertools skipped
 after it in the same FIFO group get the same delay, so the group resumes as one. A malformed body is made visible
 again at once, so it reaches the DLQ after maxReceiveCount quickly.
+
+A batch that creates several Services is a burst: their first passes stop once the hostname is written
+(PassFlags.hostname_first) and come back after ccm.retry.CONTINUATION_DELAY_SECONDS for the rest, logged at INFO
+and neither a failure nor a wait.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import math
 import os
 import time
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,7 +30,7 @@ from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, LoadBalancer, PassFlags
 from ccm.contracts.messages import HEARTBEAT, REPAIR, Delta, InvalidDelta, hosts_delay, parse_delta
 from ccm.logs import log_fields
-from ccm.retry import retry_for
+from ccm.retry import retry_for, scaled
 from ccm.senders import Senders, sender_refusal
 from ccm.service.reconciler import ServiceReconciler, SyncFailed
 
@@ -51,6 +56,11 @@ class ServiceRuntime(FifoBatchRuntime):
         self.senders: Senders | None = settings.senders
         self.balancer = balancer
         self.reconciler = reconciler
+        self._creations = 0  # Services created in the current batch (set per invocation, read by its record threads)
+
+    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        self._creations = creations_in(event)
+        return super().handle_batch(event, context)
 
     def handle_record(self, record: SQSRecord) -> None:
         started = time.time()
@@ -87,6 +97,9 @@ class ServiceRuntime(FifoBatchRuntime):
             check_attributes=delta.type != "HOSTS",  # a host update only touches targets
             # A first attempt may trust the checkpoint of what was applied; a retry reads everything again.
             trust_applied=attempt == 1 and not delta.object.get(REPAIR),
+            # Among other creations: hostname first, the rest after the burst's creations (a retry too: its rest
+            # would take the bucket's tokens from the CreateLoadBalancer calls still waiting).
+            hostname_first=self._creations > 1,
         )
         self.clients.counter.reset_thread()
         try:
@@ -122,10 +135,24 @@ class ServiceRuntime(FifoBatchRuntime):
             # Watcher observed -> status written: the dashboard's end to end percentiles (Logs Insights).
             written = outcome.status_written_at or done
             figures["end_to_end_ms"] = round(max(0.0, (written - delta.observed_at) * 1000), 1)
+        continued = outcome.continue_in is not None
         logger.info(
             "reconciled",
-            extra=log_fields({"action": outcome.action.value, "status_written": outcome.status_written, **figures}),
+            extra=log_fields(
+                {
+                    "action": outcome.action.value,
+                    "status_written": outcome.status_written,
+                    "continued": continued,
+                    **figures,
+                }
+            ),
         )
+        if outcome.continue_in is not None:
+            # Not a failure (no metric, no Warning): the hostname is out; the rest comes with the next receive.
+            delay = scaled(outcome.continue_in)
+            self.defer(record.message_id, delay)
+            logger.info("hostname published; listeners and targets follow", extra={"retry_in_seconds": delay})
+            raise Deferred(f"continues in {delay} s")
 
     @staticmethod
     def on_heartbeat(delta: Delta, started: float) -> None:
@@ -137,3 +164,15 @@ class ServiceRuntime(FifoBatchRuntime):
             "watcher heartbeat",
             extra={"watcher_lag_ms": lag_ms, "replica": delta.object.get("replica"), "period": delta.resource_version},
         )
+
+
+def creations_in(event: dict[str, Any]) -> int:
+    """Services (message groups) with an ADDED delta among the batch's records."""
+    groups: set[str] = set()
+    for raw in event.get("Records", []):
+        try:
+            if parse_delta(raw.get("body") or "").type == "ADDED":
+                groups.add(str((raw.get("attributes") or {}).get("MessageGroupId", "")))
+        except InvalidDelta:
+            continue  # handle_record rejects it
+    return len(groups)
