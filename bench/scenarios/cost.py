@@ -2,8 +2,9 @@
 
 Counted / measured inputs (from this bench's other scenarios, same results file): AWS calls per Service
 operation and the membership table's DynamoDB calls (`aws_calls.nlb`), per-record overhead outside AWS calls, the
-records our own writes echo back and the log bytes per record (`latency_ms`, measured at the template's INFO log
-level), the custom metrics the four functions' runtimes really print, per situation (bench/scenarios/cost_inputs.py:
+records our own writes echo back (`latency_ms`), the log bytes a record of each kind prints at the template's INFO
+level (cost_inputs.log_sizes: the Powertools lines, the library's standard-library lines as Lambda's runtime writes
+them, the EMF blobs; plus the Lambda context keys on each line), the custom metrics the four functions' runtimes really print, per situation (bench/scenarios/cost_inputs.py:
 the runtimes driven through one record of each kind against moto and the emulator, their EMF collected), the
 membership items' sizes as the store writes them, and the alarms and dashboards the template declares. Assumed
 (stated in `assumptions`): the churn, the watcher settings, the ESM's idle polling, the resync's checkpoint read.
@@ -20,6 +21,7 @@ watcher runs in the cluster and its compute is not on this bill.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import Any
 
 from samtranslator.yaml_helper import yaml_parse
 
-from bench.scenarios.cost_inputs import emitted_metrics, item_sizes
+from bench.scenarios.cost_inputs import emitted_metrics, item_sizes, log_sizes
 from ccm.batch import DEFAULT_GROUP_CONCURRENCY
 from watcher.config import DEFAULT_RESYNC_SECONDS as WATCHER_RESYNC_SECONDS
 
@@ -93,12 +95,26 @@ class Assumptions:
 
 # AWS calls of the smaller invocations, counted by the tests named in bench/README.md ("Node and route figures").
 NODE_DELTA_CALLS = 1 + 3  # DescribeInstances + membership GetItem/PutItem/Query
-NODE_IDLE_CALLS = 1  # safety pass: one filtered DescribeInstances; heartbeat: none, counted as one to be safe
+NODE_IDLE_CALLS = 1  # safety pass: one filtered DescribeInstances
 ROUTE_PASS_CALLS = 2
 SWEEPER_CALLS = 6  # tagging GetResources + Describe of LBs/TGs/SGs; a clean cluster deletes nothing
 # Used only when latency_ms is not in the results (it needs the devstack): the figures of its last full run.
 ECHO_RECORDS = 1.0  # our own status/finalizer writes come back as one more delta per Service change
 LOG_BYTES_PER_RECORD = 1060  # the last full run: 1.06 GB a month (docs/performance.md)
+# The keys Powertools' inject_lambda_context adds to each line in Lambda (cost_inputs drives the runtimes without a
+# Lambda context), at realistic lengths.
+LAMBDA_CONTEXT_BYTES = len(
+    json.dumps(
+        {
+            "cold_start": False,
+            "function_name": "production-cluster-ccm-services",
+            "function_memory_size": "512",
+            "function_arn": "arn:aws:lambda:us-east-1:123456789012:function:production-cluster-ccm-services",
+            "function_request_id": "00000000-0000-0000-0000-000000000000",
+            "xray_trace_id": "1-00000000-000000000000000000000000",
+        }
+    )
+)
 CALL_MS = 50.0  # the injected latency of an AWS call
 
 
@@ -128,31 +144,38 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
     # Records per day by kind, and the invocations they arrive in (bursts are batched, lone records are not).
     resyncs = day / a.resync_seconds
     services = {
-        "resync (SYNC, no-op)": (resyncs * a.lb_services, resyncs * math.ceil(a.lb_services / a.batch_size), "noop"),
+        "resync (SYNC, no-op)": (resyncs * a.lb_services, resyncs * math.ceil(a.lb_services / a.batch_size), "noop",
+                                 "resync"),
         "service changes": (a.service_changes_per_day * (1 + measured["echo_records"]),
-                            a.service_changes_per_day * (1 + measured["echo_records"]), "create"),
+                            a.service_changes_per_day * (1 + measured["echo_records"]), "create", "service_change"),
         "node change fan-out (HOSTS)": (a.node_changes_per_day * a.lb_services,
-                                        a.node_changes_per_day * math.ceil(a.lb_services / a.batch_size), "add_node"),
+                                        a.node_changes_per_day * math.ceil(a.lb_services / a.batch_size), "add_node",
+                                        "host_update"),
     }  # fmt: skip
     rows: list[dict[str, Any]] = []
-    for what, (records, invocations, op) in services.items():
+    for what, (records, invocations, op, situation) in services.items():
         burst = invocations < records  # batched records of distinct Services: group_threads at a time
-        rows.append(_row("services", what, records, invocations, ms[op], calls[op], ddb[op], a,
+        rows.append(_row("services", what, records, invocations, ms[op], calls[op], ddb[op], a, situation,
                          threads=a.group_threads if burst else 1))  # fmt: skip
-    node_records = a.node_changes_per_day * (1 + a.ec2_events_per_node_change)
-    rows.append(_row("nodes", "node deltas + EC2 events", node_records, node_records,
-                     base + NODE_DELTA_CALLS * call_ms, NODE_DELTA_CALLS, 3, a))  # fmt: skip
-    idle = day / a.heartbeat_seconds + day / (a.node_safety_pass_minutes * 60)
-    rows.append(_row("nodes", "heartbeats + safety passes", idle, idle, base + NODE_IDLE_CALLS * call_ms,
-                     NODE_IDLE_CALLS, 0, a))  # fmt: skip
+    heartbeats = day / a.heartbeat_seconds  # through the services queue: no Kubernetes or AWS call
+    rows.append(_row("services", "watcher heartbeats", heartbeats, heartbeats, base, 0, 0, a, "heartbeat"))
+    node_records = a.node_changes_per_day
+    rows.append(_row("nodes", "node deltas", node_records, node_records,
+                     base + NODE_DELTA_CALLS * call_ms, NODE_DELTA_CALLS, 3, a, "node_change"))  # fmt: skip
+    ec2_events = a.node_changes_per_day * a.ec2_events_per_node_change
+    rows.append(_row("nodes", "EC2 state-change events", ec2_events, ec2_events,
+                     base + NODE_DELTA_CALLS * call_ms, NODE_DELTA_CALLS, 3, a, "ec2_event"))  # fmt: skip
+    passes = day / (a.node_safety_pass_minutes * 60)
+    rows.append(_row("nodes", "safety passes", passes, passes, base + NODE_IDLE_CALLS * call_ms,
+                     NODE_IDLE_CALLS, 0, a, "safety_pass"))  # fmt: skip
     if a.routes_enabled:
         passes = day / (a.route_pass_minutes * 60) + a.node_changes_per_day
         rows.append(_row("routes", "scheduled + node-triggered passes", passes, passes,
-                         base + ROUTE_PASS_CALLS * call_ms, ROUTE_PASS_CALLS, 0, a))  # fmt: skip
+                         base + ROUTE_PASS_CALLS * call_ms, ROUTE_PASS_CALLS, 0, a, "route_pass"))  # fmt: skip
     if measured.get("sweeper"):
         sweeps = day / (a.sweeper_minutes * 60)
         rows.append(_row("sweeper", "scheduled sweeps", sweeps, sweeps, base + SWEEPER_CALLS * call_ms,
-                         SWEEPER_CALLS, 0, a))  # fmt: skip
+                         SWEEPER_CALLS, 0, a, "sweep"))  # fmt: skip
 
     queues = 3 if a.routes_enabled else 2
     idle_polls = queues * a.esm_pollers_per_queue * day / 20
@@ -165,7 +188,7 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
         * p.sqs_fifo_request,
         "dynamodb": units["rru_per_day"] * p.dynamodb_read_unit + units["wru_per_day"] * p.dynamodb_write_unit,
     }
-    log_gb_day = sum(r["records"] for r in rows) * float(measured["log_bytes_per_record"]) / 1e9
+    log_gb_day = sum(r["records"] * _log_bytes(r["situation"], measured) for r in rows) / 1e9
     monthly = {k: v * DAYS_PER_MONTH for k, v in per_day.items()}
     monthly["cloudwatch_logs"] = (
         log_gb_day * DAYS_PER_MONTH * (p.cw_logs_ingest_gb + p.cw_logs_store_gb_month * a.log_retention_months)
@@ -195,12 +218,22 @@ def model(measured: dict[str, Any], a: Assumptions | None = None, p: Prices | No
     }
 
 
+def _log_bytes(situation: str, measured: dict[str, Any]) -> float:
+    """Log bytes a record of this situation ingests: what the runtimes printed for it (cost_inputs.log_sizes) plus
+    the Lambda context keys on every line; without that measurement, the one figure for every record."""
+    sizes = (measured.get("log_sizes") or {}).get(situation)
+    if not sizes:
+        return float(measured["log_bytes_per_record"])
+    return float(sizes["bytes"]) + float(sizes["lines"]) * LAMBDA_CONTEXT_BYTES
+
+
 def _row(fn: str, what: str, records: float, invocations: float, ms_per_record: float, calls: int, ddb: int,
-         a: Assumptions, threads: int = 1) -> dict[str, Any]:  # fmt: skip
+         a: Assumptions, situation: str, threads: int = 1) -> dict[str, Any]:  # fmt: skip
     seconds = records * ms_per_record / 1000 / threads  # billed: the invocations' wall time
     return {
         "function": fn,
         "what": what,
+        "situation": situation,
         "records": records,
         "invocations": invocations,
         "ms_per_record": ms_per_record,
@@ -322,6 +355,7 @@ def run(results: dict[str, Any]) -> dict[str, Any]:
         "call_ms": call_ms,
         "echo_records": echo,
         "log_bytes_per_record": latency["log_bytes_per_record"] if latency else LOG_BYTES_PER_RECORD,
+        "log_sizes": log_sizes(),
         "from_latency_scenario": bool(latency),
         "metrics_by_situation": emitted_metrics(),
         "item_bytes": item_sizes(),

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -150,13 +151,16 @@ class _Handler(logging.Handler):
     """One Powertools logger's lines, formatted by its own formatter (the JSON Lambda ingests), at INFO and above
     as Lambda's default ApplicationLogLevel keeps them."""
 
-    def __init__(self, formatter: logging.Formatter, into: list[dict[str, Any]]) -> None:
+    def __init__(self, formatter: logging.Formatter, into: list[dict[str, Any]], sizes: LogLines) -> None:
         super().__init__(logging.INFO)
         self.setFormatter(formatter)
         self.into = into
+        self.sizes = sizes
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.into.append(json.loads(self.format(record)))
+        line = self.format(record)
+        self.into.append(json.loads(line))
+        self.sizes.count(len(line.encode()) + 1)  # the newline too
 
 
 class LogLines:
@@ -164,21 +168,53 @@ class LogLines:
 
     def __init__(self) -> None:
         self.by_service: dict[str, list[dict[str, Any]]] = {}
+        self.bytes = self.lines = 0
+        self._lock = threading.Lock()
+
+    def count(self, size: int) -> None:
+        with self._lock:
+            self.bytes += size
+            self.lines += 1
 
     @contextlib.contextmanager
     def attached(self, *loggers: Any) -> Iterator[None]:
-        """Listen to these Powertools Loggers while inside."""
-        handlers = [
-            (logging.getLogger(lg.name), _Handler(lg.registered_formatter, self.by_service.setdefault(lg.name, [])))
+        """Listen to these Powertools Loggers while inside, and to the library's standard `logging` lines (the
+        drivers' `ccm.*` loggers), which Lambda's runtime ingests too, as its own JSON (_LambdaRuntimeFormat)."""
+        handlers: list[tuple[logging.Logger, logging.Handler]] = [
+            (
+                logging.getLogger(lg.name),
+                _Handler(lg.registered_formatter, self.by_service.setdefault(lg.name, []), self),
+            )  # noqa: E501
             for lg in loggers
         ]
+        library = logging.getLogger("ccm")
+        handlers.append((library, _Handler(_LambdaRuntimeFormat(), self.by_service.setdefault("ccm", []), self)))
+        level = library.level
+        library.setLevel(logging.INFO)  # as Lambda's root logger at ApplicationLogLevel INFO
         for std, handler in handlers:
             std.addHandler(handler)
         try:
             yield
         finally:
+            library.setLevel(level)
             for std, handler in handlers:
                 std.removeHandler(handler)
+
+
+class _LambdaRuntimeFormat(logging.Formatter):
+    """A standard-library line as the Lambda Python runtime writes it with LogFormat JSON (its documented keys:
+    timestamp, level, message, logger, requestId)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(
+            {
+                "timestamp": "2026-01-01T00:00:00.000Z",
+                "level": record.levelname,
+                "message": record.getMessage(),
+                "logger": record.name,
+                "requestId": str(uuid.UUID(int=0)),
+            }
+        )
 
 
 @dataclass
@@ -186,16 +222,23 @@ class Emitted:
     capture: EmfCapture
     by_situation: dict[str, set[tuple[str, str, tuple[str, ...]]]]
     logs: LogLines = field(default_factory=LogLines)
+    # situation -> [records, log bytes, log lines]: the JSON log lines and the EMF blobs its records printed
+    log_sizes: dict[str, list[int]] = field(default_factory=dict)
 
     @contextlib.contextmanager
-    def situation(self, name: str, metrics: Metrics, service: str) -> Iterator[None]:
+    def situation(self, name: str, metrics: Metrics, service: str, records: int = 1) -> Iterator[None]:
         """Everything emitted inside is attributed to `name`; a failure the situation provokes is expected."""
         metrics.clear_metrics()
         self.capture.reset()
+        log_bytes, log_lines = self.logs.bytes, self.logs.lines
         with contextlib.redirect_stdout(self.capture):
             with contextlib.suppress(Exception):
                 yield
             metrics.flush_metrics()
+        sizes = self.log_sizes.setdefault(name, [0, 0, 0])
+        sizes[0] += records
+        sizes[1] += self.logs.bytes - log_bytes + self.capture.bytes
+        sizes[2] += self.logs.lines - log_lines + self.capture.lines
         # Every blob carries the `service` dimension in Lambda (POWERTOOLS_SERVICE_NAME, set by the template and
         # checked by tests/template/test_dashboard.py); here it is unset, so it is named from the function.
         keys = {(ns, n, (f"service={service}", *(d for d in dims if d != "service")))
@@ -227,10 +270,17 @@ def logged_lines() -> dict[str, list[dict[str, Any]]]:
     return _run()[1]
 
 
+def log_sizes() -> dict[str, dict[str, float]]:
+    """situation -> bytes and lines a record of it logs (INFO and above, EMF blobs included) as printed here.
+    Lambda adds the context keys Powertools injects to each line (cost.LAMBDA_CONTEXT_BYTES)."""
+    return _run()[2]
+
+
 @functools.cache
-def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]]]:
+def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[str, dict[str, float]]]:
     from bench.world import CLUSTER, BenchWorld
     from ccm.aws.security_groups import SecurityGroups
+    from ccm.batch import Deferred
     from ccm.config import Settings
     from ccm.contracts.messages import heartbeat_for
     from ccm.k8s.kube import Kube
@@ -267,7 +317,7 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]]]:
             bench.reconcile(bench.delta("Service", "SYNC", bench.service("cost")))
         with out.situation("heartbeat", svc_metrics, service):
             bench.reconcile(heartbeat_for("bench", time.time() - 1, 60))
-        with out.situation("failure", svc_metrics, service):
+        with out.situation("failure", svc_metrics, service, records=2):
             handle("not a delta", "bad")
             typo = {"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "often"}
             bench.reconcile(bench.delta("Service", "ADDED", bench.create_service("typo", [80], annotations=typo)))
@@ -280,10 +330,13 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]]]:
         node = bench.emulator.get("nodes", "", node["metadata"]["name"]) or node
         past = time.time() - 60  # a coalescing bucket already over: its HOSTS message is processed at once
         bench.updater(clock=lambda: past).on_node_delta(bench.delta("Node", "ADDED", bench.add_node()))
+        hosts = bench.sqs.receive_message(QueueUrl=bench.queue_url, MaxNumberOfMessages=10).get("Messages", [])
+        # The nodes Lambda's own HOSTS message (its bucket still open) is deferred to the bucket's end; the one of
+        # the bucket already over is processed: that is the record measured.
         with out.situation("host_update", svc_metrics, service):
-            received = bench.sqs.receive_message(QueueUrl=bench.queue_url, MaxNumberOfMessages=10)
-            for message in received.get("Messages", []):
-                bench.runtime.handle_record(SQSRecord(sqs_record(message["Body"], "h", 2)))
+            for message in hosts:
+                with contextlib.suppress(Deferred):
+                    bench.runtime.handle_record(SQSRecord(sqs_record(message["Body"], "h", 2)))
         instance = (node.get("spec") or {}).get("providerID", "aws:///us-east-1a/i-0123456789abcdef0").rsplit("/")[-1]
         with out.situation("ec2_event", node_metrics, node_service):
             nodes.handle_record(SQSRecord(sqs_record(ec2_state_change_body(instance, "running", "e1"), "e")))
@@ -298,7 +351,7 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]]]:
         # The first pass creates the routes (triggered by a Node delta too: its end-to-end latency), the next none.
         node_trigger = sqs_record(bench.delta("Node", "MODIFIED", node).to_body(), "routes")
         for situation, records in (("route_change", [node_trigger]), ("route_pass", [])):
-            with out.situation(situation, route_metrics, route_service):
+            with out.situation(situation, route_metrics, route_service, records=len(records) + 1):
                 routes.handle_batch({"Records": [*records, sqs_record(_scheduled(), "routes")]}, _Context())
 
         sweeper = sweeper_rt.Sweeper(
@@ -316,4 +369,5 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]]]:
     metrics = {
         s: sorted(f"{ns}/{name}[{','.join(dims)}]" for ns, name, dims in keys) for s, keys in out.by_situation.items()
     }
-    return metrics, out.logs.by_service
+    sizes = {s: {"bytes": b / n, "lines": lines / n} for s, (n, b, lines) in out.log_sizes.items() if n}
+    return metrics, out.logs.by_service, sizes

@@ -109,3 +109,19 @@ def test_a_host_update_record_is_charged_its_own_dynamodb_calls_not_the_nodes_la
                                                  "dynamodb:UpdateItem": 1, "elbv2:RegisterTargets": 2}}},
     }  # fmt: skip
     assert _lb_calls(nlb, "add_node") == (5, 3)
+
+
+def test_log_bytes_follow_what_each_kind_of_record_prints():
+    from bench.scenarios.cost import LAMBDA_CONTEXT_BYTES
+
+    sizes = {s: {"bytes": 500.0, "lines": 1.0} for s in ("resync", "host_update", "heartbeat", "safety_pass", "sweep",
+                                                         "node_change", "ec2_event", "route_pass")}  # fmt: skip
+    small = model({**MEASURED, "log_sizes": {**sizes, "service_change": {"bytes": 500.0, "lines": 1.0}}})
+    chatty = model({**MEASURED, "log_sizes": {**sizes, "service_change": {"bytes": 50_500.0, "lines": 1.0}}})
+    changes = next(r for r in small["per_day"] if r["what"] == "service changes")["records"]
+    assert (chatty["log_gb_per_month"] - small["log_gb_per_month"]) == pytest.approx(
+        changes * 50_000 * 30.4 / 1e9, abs=0.01
+    )  # only the changes' records grew
+    every = sum(r["records"] for r in small["per_day"]) * (500 + LAMBDA_CONTEXT_BYTES) * 30.4 / 1e9
+    assert small["log_gb_per_month"] == pytest.approx(every, abs=0.01)
+    assert 200 < LAMBDA_CONTEXT_BYTES < 400
