@@ -4,10 +4,11 @@ Counted / measured inputs (from this bench's other scenarios, same results file)
 operation and the membership table's DynamoDB calls (`aws_calls.nlb`), per-record overhead outside AWS calls, the
 records our own writes echo back (`latency_ms`), the log bytes a record of each kind prints at the template's INFO
 level (cost_inputs.log_sizes: the Powertools lines, the library's standard-library lines as Lambda's runtime writes
-them, the EMF blobs; plus the Lambda context keys on each line), the custom metrics the four functions' runtimes really print, per situation (bench/scenarios/cost_inputs.py:
-the runtimes driven through one record of each kind against moto and the emulator, their EMF collected), the
-membership items' sizes as the store writes them, and the alarms and dashboards the template declares. Assumed
-(stated in `assumptions`): the churn, the watcher settings, the ESM's idle polling, the resync's checkpoint read.
+them, the EMF blobs; plus the Lambda context keys on each line), the custom metrics the four functions' runtimes
+really print, per situation (bench/scenarios/cost_inputs.py: the runtimes driven through one record of each kind
+against moto and the emulator, their EMF collected), the membership items' sizes as the store writes them, and the
+alarms and dashboards the template declares. Assumed (stated in `assumptions`): the churn, the watcher settings,
+the ESM's idle polling, the resync's checkpoint read.
 
 Custom metrics are billed per metric-hour (0.30 USD a month = 730 hours): a metric costs for the hours in which it
 is published, so a counter published only when non-zero costs the hours its situation occurs in. Periodic

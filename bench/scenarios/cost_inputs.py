@@ -184,7 +184,7 @@ class LogLines:
             (
                 logging.getLogger(lg.name),
                 _Handler(lg.registered_formatter, self.by_service.setdefault(lg.name, []), self),
-            )  # noqa: E501
+            )
             for lg in loggers
         ]
         library = logging.getLogger("ccm")
