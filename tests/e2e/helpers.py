@@ -151,6 +151,15 @@ def delete_service(stack: Stack, name: str, timeout: float = DELETE_TIMEOUT) -> 
     stack.wait_for(lambda: read_service(stack, name) is None, timeout=timeout, what=f"{name} deleted")
 
 
+def ensured(stack: Stack, name: str, timeout: float = 90) -> None:
+    """Wait for the live Service's EnsuredLoadBalancer: its load balancer is complete. The hostname alone is not:
+    it is written as soon as CreateLoadBalancer answers, and in a burst of creations the listeners, target groups
+    and rules follow in the record's next pass (PassFlags.hostname_first, ccm.retry.CONTINUATION_DELAY_SECONDS)."""
+    stack.wait_for(
+        lambda: events_for(stack, name, "EnsuredLoadBalancer"), timeout=timeout, what=f"{name} EnsuredLoadBalancer"
+    )
+
+
 def events_for(stack: Stack, name: str, reason: str | None = None, uid: str | None = None) -> list[dict[str, Any]]:
     """Events about the Service `name`, matched by its UID: Events outlive their object, so a Service re-created
     under the same name must not be credited with its predecessor's events. Without `uid` the live Service's UID is

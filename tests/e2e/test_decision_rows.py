@@ -15,6 +15,7 @@ from tests.e2e.helpers import (
     A,
     annotate,
     create_lb_service,
+    ensured,
     events_for,
     hostname,
     lb_name,
@@ -33,6 +34,7 @@ OUR_CLASS = "ccm.aws/serverless"
 
 def served(stack: Stack, name: str, timeout: float = 60) -> dict[str, Any]:
     stack.wait_for(lambda: hostname(stack, name), timeout=timeout, what=f"{name} hostname")
+    ensured(stack, name)  # the hostname is written before the rest of the pass (and of a burst's next pass)
     svc = read_service(stack, name)
     assert svc is not None
     return svc

@@ -20,6 +20,7 @@ from tests.e2e.helpers import (
     A,
     annotate,
     create_lb_service,
+    ensured,
     gone,
     hostname,
     managed_group,
@@ -48,8 +49,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def served(stack: Stack, name: str, timeout: float = 60) -> dict[str, Any]:
-    """The Service once it has its hostname, and its NLB."""
+    """The Service once it has its hostname and its NLB is complete (ensured: not only the hostname)."""
     stack.wait_for(lambda: hostname(stack, name), timeout=timeout, what=f"{name} hostname")
+    ensured(stack, name)
     svc = read_service(stack, name)
     assert svc is not None
     lb = nlb(stack, svc)
