@@ -6,8 +6,9 @@ batches of up to BatchSize messages of distinct groups to at most MaximumConcurr
 time -> a new execution environment pays a cold start -> the invocation runs its groups on min(groups,
 group_threads) threads (ccm.batch) -> each record makes its measured AWS calls one after the other, each drawing a
 token from AWS's bucket for its action class (the devstack's figures, devstack.aws_throttling) and taking an assumed
-latency; a throttled attempt is retried after botocore's jittered backoff (standard mode, ccm.aws.clients attempts);
-after the last attempt the record fails and comes back after ccm.retry's failure delay (5 s doubling), then makes its
+latency; a throttled attempt is retried after botocore's jittered backoff (standard mode, ccm.aws.clients attempts),
+then every random() x 2 s for up to 30 s more (ccm.aws.clients THROTTLE_WAIT_SECONDS); after the last attempt the
+record fails and comes back after ccm.retry's failure delay (5 s doubling), then makes its
 reads again and the calls it had not made (a reconcile is idempotent: it finds what it created). The hostname is
 out when CreateLoadBalancer answers (the status write follows at once). With `continuation_s` set (the controller's
 hostname-first passes in a burst, ccm.retry.CONTINUATION_DELAY_SECONDS), the record ends there and comes back after
@@ -28,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.emf import percentile
+from ccm.aws.clients import THROTTLE_BACKOFF_CAP_SECONDS, THROTTLE_WAIT_SECONDS
 from devstack import aws_throttling
 
 # Assumed real AWS answer times (ms, uniform between low and high), by action; the first matching prefix wins.
@@ -64,6 +66,9 @@ class Assumptions:
     esm_scale_per_min: float = 300.0
     retry_attempts: int = 4  # ccm.aws.clients.MAX_ATTEMPTS (botocore standard mode)
     retry_base_s: float = 1.0  # botocore standard mode: sleep random() * base * 2**(attempt-1)
+    # Then a throttled call keeps trying every random() * cap s for this long (ccm.aws.clients): 0 = botocore alone.
+    throttle_wait_s: float = THROTTLE_WAIT_SECONDS
+    throttle_backoff_cap_s: float = THROTTLE_BACKOFF_CAP_SECONDS
     failure_delay_s: float = 5.0  # ccm.retry.FAILURE_BASE_SECONDS, doubling per receive
     failure_cap_s: float = 300.0
 
@@ -215,7 +220,7 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
         receives[service] += 1
         calls = todo.pop(service, full)
 
-        def call(i: int, attempt: int, now: float) -> None:
+        def call(i: int, attempt: int, now: float, throttled_since: float | None = None) -> None:
             if i == len(calls):
                 done[service] = now
                 hostname.setdefault(service, now)
@@ -235,6 +240,9 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
             elif attempt < a.retry_attempts:
                 sleep = rng.random() * a.retry_base_s * 2 ** (attempt - 1)
                 at(now + took + sleep, lambda t2: call(i, attempt + 1, t2))
+            elif now + took - (since := now + took if throttled_since is None else throttled_since) < a.throttle_wait_s:
+                sleep = rng.random() * a.throttle_backoff_cap_s  # botocore gave up: ccm.aws.clients keeps waiting
+                at(now + took + sleep, lambda t2: call(i, attempt + 1, t2, since))
             else:  # the record fails: back on the queue after the failure delay; the thread goes on
                 todo[service] = [c for c in calls[:i] if _is_read(c)] + list(calls[i:])
                 delay = min(a.failure_cap_s, a.failure_delay_s * 2 ** (receives[service] - 1))

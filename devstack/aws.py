@@ -20,7 +20,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from ccm.contracts.provider_id import provider_id_for
-from devstack import aws_faithful
+from devstack import aws_faithful, moto_speed
 from devstack.aws_faithful import FaithfulSettings
 from devstack.queues import harden_moto_sqs
 from devstack.sqs_sender import faithful_moto_sqs_sender
@@ -44,6 +44,7 @@ def start_moto_server(port: int = 0, faithful: FaithfulSettings | None = None) -
     faithful_moto_route_state()
     faithful_moto_nlb_listeners()
     aws_faithful.install(faithful)
+    moto_speed.install()
     serialize_moto_backends()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from ccm.aws.clients import AwsClients
+from ccm.aws.clients import (
+    MAX_ATTEMPTS,
+    THROTTLE_BACKOFF_CAP_SECONDS,
+    THROTTLE_WAIT_SECONDS,
+    AwsClients,
+    throttle_sleep,
+)
 
 EC2_THROTTLED = (
     503,
@@ -115,3 +121,44 @@ def test_other_errors_are_not_throttles_and_the_thread_view_resets(fake: FakeAws
     assert clients.counter.thread_throttles() == 1
     clients.counter.reset_thread()
     assert clients.counter.thread_throttles() == 0 and clients.counter.throttles
+
+
+EC2_UNAVAILABLE = (
+    503,
+    "text/xml",
+    b'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>Unavailable</Code>'
+    b"<Message>down</Message></Error></Errors><RequestID>r-4</RequestID></Response>",
+)
+
+
+def test_a_throttled_call_keeps_waiting_after_botocores_attempts(fake: FakeAws) -> None:
+    """Throttled 6 times in a row (botocore alone gives up after MAX_ATTEMPTS = 4): the call still succeeds."""
+    fake.script = [EC2_THROTTLED] * 6 + [EC2_ZONES]
+    clients = AwsClients(region="us-east-1")
+    zones = clients.ec2.describe_availability_zones()["AvailabilityZones"]
+    assert [z["ZoneId"] for z in zones] == ["use1-az1"]
+    assert fake.requests == 7
+    assert clients.counter.throttles == {"ec2:DescribeAvailabilityZones": 6}
+
+
+def test_other_retryable_errors_still_stop_at_botocores_attempts(fake: FakeAws) -> None:
+    fake.script = [EC2_UNAVAILABLE] * 6 + [EC2_ZONES]
+    clients = AwsClients(region="us-east-1")
+    with pytest.raises(ClientError) as err:
+        clients.ec2.describe_availability_zones()
+    assert err.value.response["Error"]["Code"] == "Unavailable"
+    assert fake.requests == MAX_ATTEMPTS
+
+
+@pytest.mark.parametrize(
+    ("attempts", "throttled_for", "expected"),
+    [
+        (1, 0.0, None),  # botocore's own retries come first
+        (MAX_ATTEMPTS - 1, 0.0, None),
+        (MAX_ATTEMPTS, 0.0, 0.5 * THROTTLE_BACKOFF_CAP_SECONDS),
+        (MAX_ATTEMPTS + 20, THROTTLE_WAIT_SECONDS - 0.1, 0.5 * THROTTLE_BACKOFF_CAP_SECONDS),
+        (MAX_ATTEMPTS + 21, THROTTLE_WAIT_SECONDS, None),  # waited long enough: the record's retry takes over
+    ],
+)
+def test_throttle_sleep(attempts: int, throttled_for: float, expected: float | None) -> None:
+    assert throttle_sleep(attempts, throttled_for, 0.5) == expected

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import threading
 import time
 from collections import Counter
@@ -32,6 +33,16 @@ MAX_ATTEMPTS: Final = 4
 MAX_RETRY_SLEEP_SECONDS: Final = 4
 # What one more attempt may cost at worst: it starts only if this much call time is left.
 ATTEMPT_SECONDS: Final = CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS + MAX_RETRY_SLEEP_SECONDS
+# Throttling is AWS saying "not yet", not a failure. After botocore's attempts a throttled call keeps trying, each
+# time after rand(0, THROTTLE_BACKOFF_CAP_SECONDS) (full jitter, as botocore's own), for THROTTLE_WAIT_SECONDS more;
+# the deadline check above still refuses an attempt the invocation could not finish. Why: in a burst of creations
+# the ELB create bucket (5 a second) is shared by every thread of every environment; records that gave up after 4
+# attempts came back only 5 s and more later through the queue and read everything again, leaving tokens unused
+# (bench/lambda_model.py: 200 creations, p99 hostname 6.7 s over the floor; with this, under 2 s). The cap keeps each
+# waiting call to about one attempt a second, no more than botocore's own later retries.
+THROTTLE_WAIT_SECONDS: Final = 30.0
+THROTTLE_BACKOFF_CAP_SECONDS: Final = 2.0
+_THROTTLED_SINCE: Final = "ccm_throttled_since"  # in the call's request context: the same dict for every attempt
 
 
 @functools.cache
@@ -39,7 +50,8 @@ def retry_config() -> Any:
     from botocore.config import Config  # deferred with boto3 (see AwsClients.session)
 
     return Config(
-        retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+        # total_max_attempts: botocore reads `max_attempts` as retries (it made 5 attempts, the last after up to 8 s).
+        retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
         read_timeout=READ_TIMEOUT_SECONDS,
     )
@@ -74,6 +86,26 @@ THROTTLING_CODES = frozenset(
 
 def is_throttling(status_code: int, parsed: Mapping[str, Any]) -> bool:
     return response_error_code(parsed) in THROTTLING_CODES or status_code == 429
+
+
+def throttle_sleep(attempts: int, throttled_for: float, draw: float) -> float | None:
+    """Pure: how long to sleep before the next attempt of a call throttled `attempts` times, `throttled_for` seconds
+    after botocore's own attempts ended (`draw` in [0, 1)); None: stop (botocore's turn, or the wait is over)."""
+    if attempts < MAX_ATTEMPTS or throttled_for >= THROTTLE_WAIT_SECONDS:
+        return None
+    return draw * THROTTLE_BACKOFF_CAP_SECONDS
+
+
+def _wait_out_throttling(response: Any = None, attempts: int = 0, request_dict: Any = None, **_: Any) -> float | None:
+    """needs-retry, registered after botocore's retry handler (a shorter event name runs later): answers only once
+    botocore has given up on a throttled call."""
+    if response is None or attempts < MAX_ATTEMPTS or not is_throttling(response[0].status_code, response[1] or {}):
+        return None
+    context = (request_dict or {}).get("context")
+    if not isinstance(context, dict):
+        return None
+    since = context.setdefault(_THROTTLED_SINCE, time.monotonic())
+    return throttle_sleep(attempts, time.monotonic() - since, random.random())
 
 
 class CallCounter:
@@ -161,6 +193,7 @@ class AwsClients:
             if service not in self._clients:
                 made = self.session.client(service, config=retry_config())
                 made.meta.events.register("before-send.*.*", _check_deadline)  # first: before any injected delay
+                made.meta.events.register("needs-retry", _wait_out_throttling)  # after botocore's own handler
                 faults.attach(made)
                 _inject_latency(made)
                 self._clients[service] = self.counter.attach(made)
