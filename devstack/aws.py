@@ -20,7 +20,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from ccm.contracts.provider_id import provider_id_for
-from devstack import aws_faithful, aws_faithful_ec2
+from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from devstack.queues import harden_moto_sqs
 from devstack.sqs_sender import faithful_moto_sqs_sender
@@ -344,7 +344,7 @@ def seed_world(
         # run_instances answers "pending"; ELB target registration requires "running".
         ec2.get_waiter("instance_running").wait(InstanceIds=ids, WaiterConfig={"Delay": 1, "MaxAttempts": 10})
 
-    aws_faithful_ec2.settle()  # the network predates the controller: no eventual-consistency gap on what was seeded
+    aws_faithful.settle()  # the network predates the controller: no eventual-consistency gap on what was seeded
     return World(
         endpoint_url=endpoint_url,
         region=region,

@@ -5,7 +5,7 @@ Every patch changes moto's server-side models or its response dispatch, never bo
 run unchanged over the real wire protocols, in the moto server (devstack, e2e, chaos, bench) and in-process
 (`mock_aws`, tests/integration). `install(settings)` patches once per process and replaces the settings; the
 patches read the current settings on every call, so a test can switch a behaviour on or off. This module holds the
-settings and `install`; the patches are in devstack.aws_faithful_ec2 (security groups, `settle`) and
+settings, `install` and `settle`; the patches are in devstack.aws_faithful_ec2 (security groups) and
 devstack.aws_faithful_elb (NLB and Classic ELB).
 
 What AWS does, and what moto 5.2 did instead:
@@ -84,6 +84,7 @@ _settings = FaithfulSettings()
 _lock = threading.Lock()
 throttled = aws_throttling.throttled  # "api:Action" -> throttled requests, for tests and the benchmark
 take_token = aws_throttling.take_token
+settle = aws_faithful_ec2.settle  # part of this module's API (devstack.aws, tests), like install
 
 
 def settings() -> FaithfulSettings:

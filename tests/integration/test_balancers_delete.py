@@ -23,7 +23,7 @@ from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import PassFlags, RetryError
-from devstack import aws_faithful_ec2
+from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
@@ -126,7 +126,7 @@ def test_a_delete_right_after_the_create_waits_for_the_group_to_be_readable(
     """EC2 reads are eventually consistent: a Service deleted moments after its load balancer was created finds no
     managed group by name. Before: the delete concluded "no group", the finalizer went and the group leaked (seen
     on CI: create and delete 0.4 s apart). Now the load balancer stays until its groups are readable."""
-    aws_faithful_ec2.settle()  # the node group existed long before
+    aws_faithful.settle()  # the node group existed long before
     faithful_aws.eventual_consistency, faithful_aws.consistency_seconds = True, 1.5
     svc = _svc(lb_type)
     env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
