@@ -3,8 +3,9 @@ the event-source runner need.
 
 The devstack stands in for CloudFormation + Lambda, so it must take its settings (queues, timeouts, batch sizes,
 concurrency, environment) from the template itself rather than a copy that drifts. This module is pure parsing:
-it resolves the intrinsics that appear in those settings (Ref, Sub, GetAtt, Join, If, Select) against parameter
-values (defaults applied), pseudo parameters and the names of already-created resources.
+it resolves the intrinsics that appear in those settings (Ref, Sub, GetAtt, Join, If, Select;
+devstack.template_intrinsics) against parameter values (defaults applied), pseudo parameters and the names of
+already-created resources.
 
 Typical use::
 
@@ -15,7 +16,6 @@ Typical use::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,20 +23,7 @@ from typing import Any
 
 from samtranslator.yaml_helper import yaml_parse
 
-_SUB_VAR = re.compile(r"\$\{([^}]*)\}")
-_NO_VALUE = object()  # Ref AWS::NoValue: the enclosing key disappears
-
-
-class TemplateError(ValueError):
-    """The template uses something this reader cannot interpret."""
-
-
-class Unresolved(LookupError):
-    """A Ref/GetAtt/Sub names a parameter without value or a resource whose name was not given."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
+from devstack.template_intrinsics import NO_VALUE, Resolver, TemplateError, Unresolved
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +98,7 @@ class TemplateFacts:
     def resource_property(self, logical_id: str, prop: str) -> Any:
         """A property of a resource with its intrinsics evaluated; names of resources not given render as
         `${Name}` / `${Name.Attr}` (e.g. the dashboard body's function and queue names)."""
-        return _Resolver(self).value(self._doc["Resources"][logical_id]["Properties"][prop], strict=False)
+        return Resolver(self).value(self._doc["Resources"][logical_id]["Properties"][prop], strict=False)
 
     def nested(self, logical_id: str) -> TemplateFacts:
         """A nested application (AWS::Serverless::Application with a local Location, e.g. observability.yaml: the
@@ -123,7 +110,7 @@ class TemplateFacts:
         location = props.get("Location")
         if res.get("Type") != "AWS::Serverless::Application" or not isinstance(location, str):
             raise TemplateError(f"{logical_id}: not a nested application with a local Location")
-        resolver = _Resolver(self)
+        resolver = Resolver(self)
         if "Condition" in res and not resolver.condition(res["Condition"]):
             raise TemplateError(f"{logical_id}: its condition {res['Condition']} is false with these parameters")
         given = resolver.value(props.get("Parameters") or {}, strict=False)
@@ -197,7 +184,7 @@ def _build(
         parameters=facts.parameters if parameters is None else parameters,
         resource_names=facts.resource_names if resource_names is None else resource_names,
     )
-    resolver = _Resolver(facts)
+    resolver = Resolver(facts)
     # A resource whose Condition is false does not exist (e.g. the routes queue and function while routes are off).
     resources: dict[str, Any] = {
         lid: res
@@ -218,7 +205,7 @@ def _build(
     return replace(facts, functions=functions, queues=queues)
 
 
-def _queue(logical_id: str, props: dict[str, Any], r: _Resolver) -> QueueFacts:
+def _queue(logical_id: str, props: dict[str, Any], r: Resolver) -> QueueFacts:
     # Not strict: a queue name may wait for ClusterName (create_queues fills it in).
     fifo = _bool(r.value(props.get("FifoQueue", False), strict=False))
     name = r.value(props["QueueName"], strict=False) if "QueueName" in props else f"{r.facts.stack_name}-{logical_id}"
@@ -229,7 +216,7 @@ def _queue(logical_id: str, props: dict[str, Any], r: _Resolver) -> QueueFacts:
         if key in ("QueueName", "RedrivePolicy", "Tags", "RedriveAllowPolicy"):
             continue
         val = r.value(raw, strict=False)
-        if val is _NO_VALUE:
+        if val is NO_VALUE:
             continue
         attributes[key] = ("true" if val else "false") if isinstance(val, bool) else str(val)
     redrive = props.get("RedrivePolicy") or {}
@@ -262,7 +249,7 @@ def _function(
     logical_id: str,
     props: dict[str, Any],
     globals_fn: dict[str, Any],
-    r: _Resolver,
+    r: Resolver,
     base: Path,
     resources: dict[str, Any],
 ) -> FunctionFacts:
@@ -285,7 +272,7 @@ def _function(
         except Unresolved as missing:
             env[key], unresolved = "${" + missing.name + "}", [*unresolved, key]
             continue
-        if val is not _NO_VALUE:
+        if val is not NO_VALUE:
             env[key] = str(val)
     # SAM replaces (does not merge) list-valued globals such as Layers when the function sets its own.
     layers = props["Layers"] if "Layers" in props else globals_fn.get("Layers") or []
@@ -322,7 +309,7 @@ def _function(
     )
 
 
-def _sqs_event(name: str, props: dict[str, Any], r: _Resolver) -> SqsEventSource:
+def _sqs_event(name: str, props: dict[str, Any], r: Resolver) -> SqsEventSource:
     queue = _arn_target(props.get("Queue"))
     if queue is None:
         raise TemplateError(f"SQS event {name}: Queue must be !GetAtt <Queue>.Arn")
@@ -339,98 +326,3 @@ def _sqs_event(name: str, props: dict[str, Any], r: _Resolver) -> SqsEventSource
 
 def _bool(val: Any) -> bool:
     return val is True or str(val).lower() == "true"
-
-
-class _Resolver:
-    """Evaluates the intrinsic functions that matter for settings; strict=False renders unknowns as ${Name}."""
-
-    def __init__(self, facts: TemplateFacts) -> None:
-        self.facts = facts
-        self.pseudo = {
-            "AWS::Region": facts.region,
-            "AWS::AccountId": facts.account_id,
-            "AWS::StackName": facts.stack_name,
-            "AWS::Partition": "aws",
-            "AWS::URLSuffix": "amazonaws.com",
-            "AWS::StackId": f"arn:aws:cloudformation:{facts.region}:{facts.account_id}:stack/{facts.stack_name}/0",
-        }
-
-    def value(self, node: Any, strict: bool = True) -> Any:
-        if isinstance(node, list):
-            return [v for v in (self.value(x, strict) for x in node) if v is not _NO_VALUE]
-        if not isinstance(node, dict):
-            return node
-        if len(node) == 1:
-            ((key, arg),) = node.items()
-            if key == "Ref":
-                return self.ref(str(arg), strict)
-            if key == "Fn::GetAtt":
-                parts = arg.split(".", 1) if isinstance(arg, str) else arg
-                return self.name(f"{parts[0]}.{parts[1]}", strict)
-            if key == "Fn::Sub":
-                return self.sub(arg, strict)
-            if key == "Fn::Join":
-                sep, items = arg
-                return str(sep).join(str(v) for v in self.value(items, strict))
-            if key == "Fn::Select":
-                index, items = arg
-                return self.value(items, strict)[int(self.value(index, strict))]
-            if key == "Fn::If":
-                cond, yes, no = arg
-                return self.value(yes if self.condition(cond) else no, strict)
-            if key.startswith("Fn::"):
-                raise TemplateError(f"unsupported intrinsic {key}")
-        out = {k: self.value(v, strict) for k, v in node.items()}
-        return {k: v for k, v in out.items() if v is not _NO_VALUE}
-
-    def ref(self, name: str, strict: bool) -> Any:
-        if name == "AWS::NoValue":
-            return _NO_VALUE
-        if name in self.pseudo:
-            return self.pseudo[name]
-        if name in self.facts.parameters:
-            value = self.facts.parameters[name]
-            spec = (self.facts._doc.get("Parameters") or {}).get(name) or {}
-            if str(spec.get("Type", "")).startswith(("CommaDelimitedList", "List<")):
-                return value.split(",") if value else [""]  # CloudFormation: an empty list parameter is [""]
-            return value
-        return self.name(name, strict)
-
-    def name(self, name: str, strict: bool) -> str:
-        if name in self.facts.resource_names:
-            return self.facts.resource_names[name]
-        if strict:
-            raise Unresolved(name)
-        return "${" + name + "}"
-
-    def sub(self, arg: Any, strict: bool) -> str:
-        text, extra = (arg, {}) if isinstance(arg, str) else (arg[0], self.value(arg[1], strict))
-
-        def one(match: re.Match[str]) -> str:
-            var = match.group(1)
-            if var.startswith("!"):  # ${!Literal} renders as ${Literal}
-                return "${" + var[1:] + "}"
-            if var in extra:
-                return str(extra[var])
-            return str(self.name(var, strict) if "." in var else self.ref(var, strict))
-
-        return _SUB_VAR.sub(one, str(text))
-
-    def condition(self, node: Any) -> bool:
-        if isinstance(node, str):
-            conditions = self.facts._doc.get("Conditions") or {}
-            if node not in conditions:
-                raise TemplateError(f"unknown condition {node}")
-            return self.condition(conditions[node])
-        ((key, arg),) = node.items()
-        if key == "Fn::Equals":
-            return str(self.value(arg[0])) == str(self.value(arg[1]))
-        if key == "Fn::Not":
-            return not self.condition(arg[0])
-        if key == "Fn::And":
-            return all(self.condition(c) for c in arg)
-        if key == "Fn::Or":
-            return any(self.condition(c) for c in arg)
-        if key == "Condition":
-            return self.condition(arg)
-        raise TemplateError(f"unsupported condition function {key}")

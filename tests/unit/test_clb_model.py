@@ -8,7 +8,7 @@ import pytest
 
 from ccm.aws import clb_model as m
 from ccm.aws import lbconfig, nlb_model
-from ccm.aws.clb import observed_from_api
+from ccm.aws.clb_observed import observed_from_api
 from ccm.aws.lbconfig import parse_load_balancer_config
 from tests.factories import node, service
 

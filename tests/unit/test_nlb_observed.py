@@ -1,5 +1,5 @@
 """The NLB as AWS reports it, parsed by a pure function from plain describe answers (nlb_model.observed_from),
-as the Classic ELB's is (clb.observed_from_api): the driver reads, these parse, the plan decides."""
+as the Classic ELB's is (clb_observed.observed_from_api): the driver reads, these parse, the plan decides."""
 
 from __future__ import annotations
 

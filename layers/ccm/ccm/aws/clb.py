@@ -8,13 +8,16 @@ of cloud-provider-aws, so its CLBs are adopted in place.
 
 There is nothing a crash can orphan: the LB's name is derived from the Service UID and everything else lives
 inside it; the managed security group is found by name too. So the `thorough` flag changes nothing here.
+
+This module is the reconcile flow; the writes are in `clb_writes`, the parsing of a description in `clb_observed`,
+the pure planning in `clb_model`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -22,9 +25,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ccm.aws import clb_model as m
+from ccm.aws import clb_writes as writes
 from ccm.aws import names
 from ccm.aws import references as refs
 from ccm.aws.applied import fingerprint
+from ccm.aws.clb_observed import observed_from_api
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.fixed_settings import FIXED_SETTING, scheme_kept
@@ -32,7 +37,7 @@ from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
 from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.ownership import clb_tags, ours_to_delete
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
-from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, forget_discovery, node_zones, resolve_subnets
+from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
@@ -123,7 +128,7 @@ class ClassicLoadBalancers:
             groups = self.security_groups.ensure_lb_group(name, service, config, "clb", dict(desired.tags))
             desired = replace(desired, security_groups=tuple(groups))
         if lb is None:
-            observed = m.observed_after_create(desired, self._create_lb(desired))
+            observed = m.observed_after_create(desired, writes.create_lb(self.clients, self.vpc_id, desired))
             if publish is not None:
                 publish(_status(observed.dns_name))
         else:
@@ -132,7 +137,7 @@ class ClassicLoadBalancers:
                 described = self.elb.describe_load_balancer_attributes(LoadBalancerName=name)
                 attributes = described["LoadBalancerAttributes"]
             observed = observed_from_api(lb, tags, attributes)
-        refused = self._apply(name, m.plan(desired, observed, cluster_name))
+        refused = writes.apply_plan(self.clients, name, m.plan(desired, observed, cluster_name))
         warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         unreachable = None
@@ -195,7 +200,7 @@ class ClassicLoadBalancers:
         lb = self._describe_lb(desired.name)
         if lb is None:
             raise RetryError("load balancer not created yet", delay_seconds=5)
-        self._apply(desired.name, m.instance_changes(desired, observed_from_api(lb, {}, None)))
+        writes.apply_plan(self.clients, desired.name, m.instance_changes(desired, observed_from_api(lb, {}, None)))
 
     def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
         """This driver alone: the CLB, then its managed group, which AWS keeps busy for a while after the LB is
@@ -267,156 +272,3 @@ class ClassicLoadBalancers:
         return resolve_subnets(
             self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "Classic ELB", creating=creating
         )
-
-    # -- writes -----------------------------------------------------------------------------------------------
-    def _create_lb(self, desired: m.CLBSpec) -> str:
-        kwargs: dict[str, Any] = {}
-        if desired.security_groups:
-            kwargs["SecurityGroups"] = list(desired.security_groups)
-        try:
-            created = self.elb.create_load_balancer(
-                LoadBalancerName=desired.name,
-                Listeners=[_listener(ls) for ls in desired.listeners],
-                Subnets=list(desired.subnets),
-                Scheme=desired.scheme,
-                Tags=names.as_tag_list(dict(desired.tags)),
-                **kwargs,
-            )
-        except ClientError as err:
-            code = error_code(err)
-            if code == "DuplicateLoadBalancerName":
-                raise RetryError(f"{desired.name} appeared concurrently", delay_seconds=5) from err
-            if code in ("SubnetNotFound", "InvalidSubnet"):
-                forget_discovery(self.vpc_id)  # a subnet of the reused discovery is gone: read again next time
-            raise
-        return str(created["DNSName"])
-
-    def _apply(self, name: str, operations: list[m.Operation]) -> list[str]:
-        """Apply the plan; returns the instances AWS refused to register (dropped from this pass)."""
-        elb = self.elb
-        refused: list[str] = []
-        for op in operations:
-            log.info("clb %s: %s", name, op)
-            if isinstance(op, m.AddTags):
-                elb.add_tags(LoadBalancerNames=[name], Tags=[{"Key": k, "Value": v} for k, v in op.tags])
-            elif isinstance(op, m.DeleteListeners):
-                elb.delete_load_balancer_listeners(LoadBalancerName=name, LoadBalancerPorts=list(op.ports))
-            elif isinstance(op, m.CreateListeners):
-                elb.create_load_balancer_listeners(
-                    LoadBalancerName=name, Listeners=[_listener(ls) for ls in op.listeners]
-                )
-            elif isinstance(op, m.SetCertificate):
-                elb.set_load_balancer_listener_ssl_certificate(
-                    LoadBalancerName=name, LoadBalancerPort=op.port, SSLCertificateId=op.certificate
-                )
-            elif isinstance(op, m.CreatePolicy):
-                elb.create_load_balancer_policy(
-                    LoadBalancerName=name,
-                    PolicyName=op.name,
-                    PolicyTypeName=op.type_name,
-                    PolicyAttributes=[{"AttributeName": k, "AttributeValue": v} for k, v in op.attributes],
-                )
-            elif isinstance(op, m.SetListenerPolicies):
-                elb.set_load_balancer_policies_of_listener(
-                    LoadBalancerName=name, LoadBalancerPort=op.port, PolicyNames=list(op.policies)
-                )
-            elif isinstance(op, m.SetBackendPolicies):
-                elb.set_load_balancer_policies_for_backend_server(
-                    LoadBalancerName=name, InstancePort=op.instance_port, PolicyNames=list(op.policies)
-                )
-            elif isinstance(op, m.DeletePolicy):
-                elb.delete_load_balancer_policy(LoadBalancerName=name, PolicyName=op.name)
-            elif isinstance(op, m.ConfigureHealthCheck):
-                elb.configure_health_check(
-                    LoadBalancerName=name,
-                    HealthCheck={
-                        "Target": op.health.target,
-                        "Interval": op.health.interval,
-                        "Timeout": op.health.timeout,
-                        "HealthyThreshold": op.health.healthy,
-                        "UnhealthyThreshold": op.health.unhealthy,
-                    },
-                )
-            elif isinstance(op, m.ModifyAttributes):
-                elb.modify_load_balancer_attributes(LoadBalancerName=name, LoadBalancerAttributes=op.to_api())
-            elif isinstance(op, m.AttachSubnets):
-                elb.attach_load_balancer_to_subnets(LoadBalancerName=name, Subnets=list(op.subnets))
-            elif isinstance(op, m.DetachSubnets):
-                elb.detach_load_balancer_from_subnets(LoadBalancerName=name, Subnets=list(op.subnets))
-            elif isinstance(op, m.ApplySecurityGroups):
-                elb.apply_security_groups_to_load_balancer(LoadBalancerName=name, SecurityGroups=list(op.groups))
-            elif isinstance(op, m.RegisterInstances):
-                refused += register_instances(elb, self.clients.ec2, name, op.instance_ids)
-            elif isinstance(op, m.DeregisterInstances):
-                elb.deregister_instances_from_load_balancer(
-                    LoadBalancerName=name, Instances=[{"InstanceId": i} for i in op.instance_ids]
-                )
-        return refused
-
-
-def _listener(ls: m.ListenerSpec) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "Protocol": ls.protocol,
-        "LoadBalancerPort": ls.port,
-        "InstanceProtocol": ls.instance_protocol,
-        "InstancePort": ls.instance_port,
-    }
-    if ls.certificate:
-        out["SSLCertificateId"] = ls.certificate
-    return out
-
-
-# -- what AWS reports ------------------------------------------------------------------------------------------------
-def observed_from_api(
-    description: Mapping[str, Any], tags: Mapping[str, str], attributes: Mapping[str, Any] | None
-) -> m.ObservedCLB:
-    """Parse DescribeLoadBalancers (+ DescribeTags, + DescribeLoadBalancerAttributes when read)."""
-    observed = m.ObservedCLB(
-        name=description["LoadBalancerName"],
-        dns_name=description.get("DNSName", ""),
-        scheme=description.get("Scheme", ""),
-        tags=dict(tags),
-        instances=frozenset(i["InstanceId"] for i in description.get("Instances") or []),
-        subnets=frozenset(description.get("Subnets") or []),
-        security_groups=frozenset(description.get("SecurityGroups") or []),
-        policies=frozenset((description.get("Policies") or {}).get("OtherPolicies") or []),
-    )
-    for item in description.get("ListenerDescriptions") or []:
-        ls = item["Listener"]
-        port = int(ls["LoadBalancerPort"])
-        observed.listeners[port] = m.ListenerSpec(
-            port,
-            str(ls["Protocol"]).upper(),
-            int(ls["InstancePort"]),
-            str(ls.get("InstanceProtocol") or ls["Protocol"]).upper(),
-            ls.get("SSLCertificateId") or "",
-        )
-        observed.listener_policies[port] = tuple(item.get("PolicyNames") or ())
-    for backend in description.get("BackendServerDescriptions") or []:
-        observed.backend_policies[int(backend["InstancePort"])] = tuple(backend.get("PolicyNames") or ())
-    hc = description.get("HealthCheck")
-    if hc:
-        observed.health = m.HealthCheck.from_target(
-            hc["Target"],
-            healthy=int(hc["HealthyThreshold"]),
-            unhealthy=int(hc["UnhealthyThreshold"]),
-            interval=int(hc["Interval"]),
-            timeout=int(hc["Timeout"]),
-        )
-    observed.attributes = None if attributes is None else attributes_from_api(attributes)
-    return observed
-
-
-def attributes_from_api(attrs: Mapping[str, Any]) -> m.Attributes:
-    draining = attrs.get("ConnectionDraining") or {}
-    log = attrs.get("AccessLog") or {}
-    return m.Attributes(
-        cross_zone=bool((attrs.get("CrossZoneLoadBalancing") or {}).get("Enabled", False)),
-        draining=bool(draining.get("Enabled", False)),
-        draining_timeout=int(draining.get("Timeout", 300)),
-        idle_timeout=int((attrs.get("ConnectionSettings") or {}).get("IdleTimeout", 60)),
-        access_log=bool(log.get("Enabled", False)),
-        log_interval=int(log.get("EmitInterval", 60)),
-        log_bucket=log.get("S3BucketName") or "",
-        log_prefix=log.get("S3BucketPrefix") or "",
-    )

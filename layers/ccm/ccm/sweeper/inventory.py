@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws import nlb_model as nm
-from ccm.aws.clb import observed_from_api
+from ccm.aws.clb_observed import observed_from_api
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.sweeper.model import OWNED, Kind, Resource

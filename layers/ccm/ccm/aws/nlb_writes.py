@@ -1,0 +1,148 @@
+"""The NLB driver's writes: creating the load balancer and carrying out a plan of `nlb_model` operations (target
+groups, targets, listeners, attributes), each AWS answer that means "retry" turned into a RetryError.
+
+Apart from the driver so the reconcile flow (`nlb.py`) reads as read -> plan -> apply without the API details.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ccm.aws import names
+from ccm.aws import nlb_model as m
+from ccm.aws.clients import AwsClients
+from ccm.aws.errors import error_code
+from ccm.aws.subnets import forget_discovery
+from ccm.aws.targets import register_targets
+from ccm.contracts.cloud import RetryError
+
+log = logging.getLogger("ccm.aws.nlb")  # the driver's logger: its lines read as before the split
+
+
+def create_lb(
+    clients: AwsClients, vpc_id: str, desired: m.NLBSpec, placement: dict[str, Any], group_ids: list[str]
+) -> dict[str, Any]:
+    if group_ids:
+        placement = {**placement, "SecurityGroups": group_ids}
+    try:
+        created = clients.elbv2.create_load_balancer(
+            Name=desired.name,
+            Type="network",
+            Scheme=desired.scheme,
+            IpAddressType=desired.ip_address_type,
+            Tags=names.as_tag_list(desired.tags),
+            **placement,
+        )["LoadBalancers"][0]
+    except ClientError as err:
+        if error_code(err) in ("SubnetNotFound", "InvalidSubnet"):
+            forget_discovery(vpc_id)  # a subnet of the reused discovery is gone: read again next time
+        if error_code(err) != "DuplicateLoadBalancerName":
+            raise
+        # Created without looking and one is there after all (made concurrently): the retry reads it.
+        raise RetryError(f"{desired.name} exists already: reading it", delay_seconds=1) from err
+    lb: dict[str, Any] = created
+    return lb
+
+
+def apply_plan(
+    clients: AwsClients, vpc_id: str, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec
+) -> tuple[list[str], dict[str, str]]:
+    """Apply the plan; returns the instances AWS refused as targets (dropped from this pass, reported) and the
+    ARN of every target group by name."""
+    elbv2 = clients.elbv2
+    refused: set[str] = set()
+    arn_by_name = {tg.name: tg.arn for tg in observed.target_groups.values()}
+    held = [op for op in operations if isinstance(op, m.AwaitHealthy)]
+    for op in operations:
+        log.info("nlb %s: %s", desired.name, type(op).__name__)
+        if isinstance(op, m.CreateTargetGroup):
+            arn_by_name[op.spec.name] = create_target_group(clients, vpc_id, op.spec, desired.tags)
+        elif isinstance(op, m.SetTargetGroupAttributes):
+            elbv2.modify_target_group_attributes(
+                TargetGroupArn=arn_by_name[op.name], Attributes=[{"Key": k, "Value": v} for k, v in op.attributes]
+            )
+        elif isinstance(op, m.SetLoadBalancerAttributes):
+            elbv2.modify_load_balancer_attributes(
+                LoadBalancerArn=observed.arn, Attributes=[{"Key": k, "Value": v} for k, v in op.attributes]
+            )
+        elif isinstance(op, m.ModifyTargetGroup):
+            elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **m.health_kwargs(op.health))
+        elif isinstance(op, m.RegisterTargets):
+            refused.update(register_targets(elbv2, clients.ec2, arn_by_name[op.name], op.port, op.instance_ids))
+        elif isinstance(op, m.DeregisterTargets):
+            elbv2.deregister_targets(
+                TargetGroupArn=arn_by_name[op.name], Targets=[{"Id": i, "Port": op.port} for i in op.instance_ids]
+            )
+        elif isinstance(op, m.CreateListener):
+            create_listener(clients, observed.arn, op, arn_by_name[op.target_group], desired.tags)
+        elif isinstance(op, m.ModifyListener):
+            elbv2.modify_listener(
+                ListenerArn=op.arn,
+                Protocol=op.protocol,
+                DefaultActions=[{"Type": "forward", "TargetGroupArn": arn_by_name[op.target_group]}],
+                **m.tls_kwargs(op.certificate, op.ssl_policy),
+            )
+        elif isinstance(op, m.DeleteListener):
+            elbv2.delete_listener(ListenerArn=op.arn)
+        elif isinstance(op, m.DeleteTargetGroup):
+            delete_target_group(clients, op.arn)
+    if held:
+        # Traffic stays on the old group until the new one has a healthy target; never sleep in a Lambda.
+        waiting = ", ".join(f"{op.name} (port {op.port})" for op in held)
+        raise RetryError(
+            f"waiting for target group {waiting} to report a healthy target before switching its listener",
+            delay_seconds=max(op.delay_seconds for op in held),
+        )
+    return sorted(refused), arn_by_name
+
+
+def create_target_group(clients: AwsClients, vpc_id: str, spec: m.TargetGroupSpec, tags: dict[str, str]) -> str:
+    try:
+        created = clients.elbv2.create_target_group(
+            Name=spec.name,
+            Protocol=spec.protocol,
+            Port=spec.port,
+            VpcId=vpc_id,
+            TargetType="instance",
+            Tags=names.as_tag_list(tags),
+            **m.health_kwargs(spec.health),
+        )
+        return str(created["TargetGroups"][0]["TargetGroupArn"])
+    except ClientError as err:
+        if error_code(err) != "DuplicateTargetGroupName":
+            raise
+        # AWS returns the existing group for an identical create; some implementations refuse instead.
+        found = clients.elbv2.describe_target_groups(Names=[spec.name])["TargetGroups"]
+        return str(found[0]["TargetGroupArn"])
+
+
+def create_listener(clients: AwsClients, lb_arn: str, op: m.CreateListener, tg_arn: str, tags: dict[str, str]) -> None:
+    try:
+        clients.elbv2.create_listener(
+            LoadBalancerArn=lb_arn,
+            Port=op.port,
+            Protocol=op.protocol,
+            DefaultActions=[{"Type": "forward", "TargetGroupArn": tg_arn}],
+            Tags=names.as_tag_list(tags),
+            **m.tls_kwargs(op.certificate, op.ssl_policy),
+        )
+    except ClientError as err:
+        if error_code(err) != "DuplicateListener":
+            raise
+        raise RetryError(f"listener on port {op.port} appeared concurrently", delay_seconds=5) from err
+
+
+def delete_target_group(clients: AwsClients, arn: str) -> None:
+    try:
+        clients.elbv2.delete_target_group(TargetGroupArn=arn)
+    except ClientError as err:
+        code = error_code(err)
+        if code == "TargetGroupNotFound":
+            return
+        if code == "ResourceInUse":
+            # The LB or listener that used it is still being deleted: ask the queue to come back.
+            raise RetryError(f"target group {arn} still in use", delay_seconds=10) from err
+        raise
