@@ -245,13 +245,26 @@ class Pool:
                 worker = self._idle.pop()
                 if worker.alive:
                     return worker
-        worker = self.spawn()
+        return self._ready(self.spawn(), init_timeout)
+
+    def _ready(self, worker: Worker, init_timeout: float) -> Worker:
+        """Wait for a spawned environment's init, then run the probes every new environment gets."""
         worker.wait_ready(init_timeout)
         with self._lock:
             setups = list(self._setups)
         for path, function, args in setups:
             worker.probe(path, function, args)
         return worker
+
+    def prewarm(self, count: int) -> int:
+        """Start environments (their init: process and handler import) until `count` are idle; returns how many
+        were started. Their clients and caches stay cold: the first invocation of each still builds them."""
+        with self._lock:
+            missing = max(0, count - len([w for w in self._idle if w.alive]))
+        started = [self.spawn() for _ in range(missing)]  # all at once: their inits overlap
+        for worker in started:
+            self.release(self._ready(worker, 60))
+        return missing
 
     def release(self, worker: Worker) -> None:
         if worker.alive:

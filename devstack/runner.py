@@ -293,6 +293,10 @@ class EventSourceRunner:
         environment of `function` between its invocations (every_new: and in each environment created later)."""
         return self._pools[function].probe(str(path), name, list(args), every_new=every_new)
 
+    def prewarm(self, function: str, count: int) -> int:
+        """Bench only: `count` idle environments of `function` before a burst (see Pool.prewarm)."""
+        return self._pools[function].prewarm(count)
+
     def environments(self, function: str) -> list[int]:
         """The pids of every execution environment `function` had so far (a cold start each)."""
         return self._pools[function].pids
