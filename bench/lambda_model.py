@@ -82,6 +82,9 @@ class Burst:
     group_threads: int = 8
     rate_scale: float = 1.0  # x AWS's refill rates; math.inf: no throttling
     continuation_s: float | None = None  # hostname-first passes: the rest comes back after this delay
+    # What a new environment's first record on each thread reads before its own calls (its caches are empty:
+    # subnets, the shared groups), as the run's cold-start passes made them.
+    cold_calls: Sequence[str] = ()
     latency_scale: float = 1.0  # x the assumed latencies; 0: instant calls
     seed: int = 1
 
@@ -184,23 +187,24 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
                 visible.remove(m)
             pollers_busy[0] += 1
             start = now + a.esm_pickup_ms / 1000
-            if warm_envs[0] > 0:
-                warm_envs[0] -= 1
-            else:
+            cold = warm_envs[0] == 0
+            if cold:
                 cold_starts[0] += 1
                 start += (a.cold_start_ms + a.lambda_init_overhead_ms) / 1000
-            invoke(start, [s for _, s in ready])
+            else:
+                warm_envs[0] -= 1
+            invoke(start, [s for _, s in ready], cold)
 
     def tick(now: float) -> None:  # the scale-up adds pollers over time: look again every second
         poll(now)
         if len(done) < burst.services:
             at(now + 1.0, tick)
 
-    def invoke(start: float, services: list[int]) -> None:
+    def invoke(start: float, services: list[int], cold: bool) -> None:
         pending = list(services)
         running = [0]
 
-        def next_group(t: float) -> None:
+        def next_group(t: float, first: bool = False) -> None:
             if not pending:
                 running[0] -= 1
                 if running[0] == 0:  # invocation over: the environment is warm, its poller free
@@ -208,17 +212,17 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
                     pollers_busy[0] -= 1
                     at(t, poll)
                 return
-            run_record(t, pending.pop(0), next_group)
+            run_record(t, pending.pop(0), next_group, burst.cold_calls if cold and first else ())
 
         for _ in range(min(len(services), burst.group_threads)):
             running[0] += 1
-            at(start, next_group)
+            at(start, lambda t: next_group(t, first=True))
 
     todo: dict[int, list[str]] = {}  # a retried record: its reads again, then the calls it had not made
 
-    def run_record(t: float, service: int, then: Callable[[float], None]) -> None:
+    def run_record(t: float, service: int, then: Callable[[float], None], discovery: Sequence[str]) -> None:
         receives[service] += 1
-        calls = todo.pop(service, full)
+        calls = [*discovery, *todo.pop(service, full)]
 
         def call(i: int, attempt: int, now: float, throttled_since: float | None = None) -> None:
             if i == len(calls):
@@ -232,7 +236,7 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
                     hostname[service] = now + took
                     if burst.continuation_s is not None and i + 1 < len(calls):
                         continued[0] += 1
-                        todo[service] = [c for c in calls[:i] if _is_read(c)] + list(calls[i + 1 :])
+                        todo[service] = [c for c in calls[len(discovery) : i] if _is_read(c)] + list(calls[i + 1 :])
                         visible.append((now + took + burst.continuation_s, service))
                         then(now + took)
                         return
@@ -244,7 +248,7 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
                 sleep = rng.random() * a.throttle_backoff_cap_s  # botocore gave up: ccm.aws.clients keeps waiting
                 at(now + took + sleep, lambda t2: call(i, attempt + 1, t2, since))
             else:  # the record fails: back on the queue after the failure delay; the thread goes on
-                todo[service] = [c for c in calls[:i] if _is_read(c)] + list(calls[i:])
+                todo[service] = [c for c in calls[len(discovery) : i] if _is_read(c)] + list(calls[i:])
                 delay = min(a.failure_cap_s, a.failure_delay_s * 2 ** (receives[service] - 1))
                 visible.append((now + took + delay, service))
                 then(now + took)

@@ -71,3 +71,27 @@ def test_hostname_first_passes_publish_near_the_hostname_floor_and_complete_late
     assert split["continuations"] == 200 and one_pass["continuations"] == 0
     assert hostname_floor <= split["hostname_all_s"] < hostname_floor + 10 < 100 < one_pass["hostname_all_s"]
     assert split["complete_s"] >= floor_s(200, calls)[0]
+
+
+def test_waiting_out_throttling_keeps_records_from_failing_and_the_bucket_busy():
+    """ccm.aws.clients keeps a throttled call trying after botocore's attempts: in a burst no record fails back to
+    the queue, and the hostnames come closer to the floor than with botocore's attempts alone."""
+    calls = [c for c in NLB_CREATE if c not in ("elbv2:DescribeTargetGroups", "elbv2:DescribeListeners")]
+    burst = Burst(200, calls, group_threads=2, continuation_s=45.0)
+    botocore_alone = simulate(burst, Assumptions(throttle_wait_s=0))
+    waiting = simulate(burst, Assumptions())
+    assert botocore_alone["records_failed_and_retried"] > 0 and waiting["records_failed_and_retried"] == 0
+    assert waiting["p99_s"] < botocore_alone["p99_s"]
+
+
+def test_a_new_environment_first_passes_make_the_cold_reads():
+    """The first record on each thread of a new environment makes `cold_calls` first (empty caches); later ones
+    and warm environments do not."""
+    fixed = Assumptions(**{**INSTANT.__dict__, "latency_ms": {"": (100.0, 100.0)}})
+    cold = ("ec2:DescribeSubnets", "ec2:DescribeRouteTables")
+    plain = simulate(Burst(4, NLB_CREATE, max_concurrency=1, group_threads=2, rate_scale=math.inf), fixed)
+    with_cold = simulate(
+        Burst(4, NLB_CREATE, max_concurrency=1, group_threads=2, rate_scale=math.inf, cold_calls=cold), fixed
+    )
+    # One invocation of 4 records on 2 threads: each thread's first record adds 2 calls of 100 ms, once.
+    assert math.isclose(with_cold["complete_s"] - plain["complete_s"], 0.2, abs_tol=0.01)
