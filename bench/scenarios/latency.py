@@ -131,19 +131,21 @@ def create_calls(log_records: list[dict[str, Any]]) -> tuple[list[str], list[str
 
 
 def cold_calls(log_records: list[dict[str, Any]], hostname: list[str]) -> list[str]:
-    """What a hostname-first pass in a new environment (Powertools' `cold_start`) made beyond a warm one's: the
-    reads that fill the environment's caches (subnets, shared groups), median of the run's cold passes."""
-    cold = [
+    """What a hostname-first pass that fills a new environment's caches (subnets, shared groups) made beyond a warm
+    one's: the median of the run's passes in a first invocation (Powertools' `cold_start`, on every record of it)
+    that made more calls than `hostname`; only the first record on each thread does."""
+    filling = [
         Counter(r["calls"])
         for r in log_records
         if r.get("message") == "reconciled"
         and r.get("cold_start")
         and r.get("continued")
         and isinstance(r.get("calls"), dict)
+        and sum(r["calls"].values()) > len(hostname)
     ]
-    if not cold:
+    if not filling:
         return []
-    return _in_order(dict(_median(cold) - Counter(hostname)))
+    return _in_order(dict(_median(filling) - Counter(hostname)))
 
 
 def model_calls(hostname: list[str], complete: list[str]) -> list[str]:
