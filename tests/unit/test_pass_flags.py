@@ -16,7 +16,7 @@ from ccm.contracts.cloud import PassFlags
 from ccm.contracts.messages import REPAIR, delta_for
 from ccm.service.decisions import Action
 from ccm.service.reconciler import Outcome
-from ccm.service.runtime import ServiceRuntime, creations_in
+from ccm.service.runtime import ServiceBatch, ServiceRuntime, creations_in
 from tests.factories import service
 
 
@@ -84,7 +84,7 @@ def test_only_first_attempts_without_drift_trust_the_checkpoint(
     delta = delta_for("Service", event_type, service())
     if repair:
         delta.object[REPAIR] = True
-    runtime.handle_record(record(delta.to_body(), receive_count))
+    runtime.handle_record(record(delta.to_body(), receive_count), ServiceBatch(creations=1))
     (flags,) = reconciler.flags
     assert flags.trust_applied is trusted
 
