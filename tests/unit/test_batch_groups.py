@@ -108,6 +108,23 @@ def test_two_groups_run_at_the_same_time():
     assert failed_ids(response) == []
 
 
+def test_the_batch_facts_are_made_once_and_every_record_gets_them() -> None:
+    """Computed before any record runs and passed to each one, in every worker thread; a new batch, new facts."""
+    barrier = threading.Barrier(2, timeout=WAIT)
+
+    def handle(r: SQSRecord) -> None:
+        if r.message_id in ("a1", "b1"):
+            barrier.wait()  # a1 and b1 in two threads at once
+
+    runtime = Runtime(handle)
+    records = [record("a1", "a"), record("b1", "b"), record("a2", "a"), record("c1", "c")]
+    assert failed_ids(runtime.handle_batch({"Records": records}, Ctx())) == []
+    (made,) = runtime.facts_made
+    assert made == Sized(4) and len(runtime.facts_seen) == 4 and all(seen is made for seen in runtime.facts_seen)
+    assert failed_ids(runtime.handle_batch({"Records": [record("d1", "d")]}, Ctx())) == []
+    assert runtime.facts_made[1:] == [Sized(1)] and runtime.facts_seen[-1] is runtime.facts_made[1]
+
+
 def test_one_group_keeps_its_order_while_another_runs():
     """Group a's records run in order even while group b is blocked in the middle of its first record."""
     b_started, a_done = threading.Event(), threading.Event()
