@@ -26,6 +26,7 @@ from ccm.membership.nodes import MemberNodes
 from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from ccm.service.reconciler import SyncFailed
+from ccm.service.runtime import ServiceBatch
 from ccm.wiring.services import build_service_runtime
 from devstack.aws import client as aws_client
 from devstack.aws import seed_world, start_moto_server
@@ -159,7 +160,7 @@ class BenchWorld:
                 "awsRegion": REGION,
             }
         )
-        self.runtime.handle_record(record)
+        self.runtime.handle_record(record, ServiceBatch(creations=1))  # alone, as in its own batch: no burst
         return dict(self.clients.counter.thread_calls())
 
     def reconcile_until_done(self, delta: Delta, wait: float, timeout: float = 60.0) -> list[dict[str, int]]:

@@ -10,15 +10,10 @@ the Lambda ESM for SQS (AWS Lambda Developer Guide, "Using Lambda with Amazon SQ
   the function Timeout deletes nothing. Failed records come back when their visibility timeout expires (SQS does
   that, as does moving them to the DLQ after maxReceiveCount receives).
 
-And from Lambda itself (devstack/environments.py, devstack/lambda_env.py): every execution environment is its own
-process with only the function's environment (Lambda's reserved variables, LoggingConfig's AWS_LAMBDA_LOG_FORMAT /
-AWS_LAMBDA_LOG_LEVEL, the template's variables, then env_overrides), logging set up as the Python runtime does (the
-root logger at ApplicationLogLevel), the handler imported once per environment and invocations served one at a
-time; concurrent invocations never share module state. An invocation still running at the function's Timeout is
-killed with its environment (the next one starts cold) and its records come back after the visibility timeout;
-context.get_remaining_time_in_millis() counts down for real. What the environments print is kept per function
-(logs(), log_records()), as CloudWatch Logs would keep it. One environment per function is created at start()
-(like the first invocation's init), more when invocations overlap.
+And from Lambda itself (devstack/lambda_service.py): each execution environment is its own process with only the
+function's environment, serving one invocation at a time; one running past the function's Timeout is killed with
+its environment and its records come back after the visibility timeout. What they print is kept per function
+(logs(), log_records()). One environment per function is created at start(), more when invocations overlap.
 
 For chaos tests: pause()/resume() stop and restart receiving (pause waits until nothing is in flight), and
 abandon_next(n) makes the next n invocations time out mid-batch (see tests/chaos).
@@ -35,14 +30,11 @@ Use::
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -50,14 +42,14 @@ from typing import Any, TextIO
 from botocore.config import Config
 
 from devstack.aws import client as aws_client
-from devstack.environments import InitError, LogBook, LogLine, Pool, lambda_environment
+from devstack.environments import LogLine, Pool
 from devstack.esm import Invocation, check_mappings, classify
 from devstack.lambda_env import LambdaContext
+from devstack.lambda_service import LambdaService, fresh_modules
 from devstack.queues import lambda_record, queue_arn
 from devstack.template import FunctionFacts, SqsEventSource, TemplateFacts
 
 log = logging.getLogger(__name__)
-MAX_LOG_LINES = 500_000
 
 __all__ = ["EventSourceRunner", "Invocation", "LambdaContext", "LogLine"]
 _QUEUE_COUNTS = (
@@ -114,12 +106,8 @@ class EventSourceRunner:
         self.wait_time_seconds = wait_time_seconds
         self.default_concurrency = default_concurrency
         self._functions = self._functions_of(self.facts, functions)
-        layer_packages: set[str] = set().union(*(_top_level_names(d) for f in self._functions for d in f.layer_dirs))
-        # What every execution environment imports afresh (it is a new process): module-level state (Powertools
-        # Metrics read POWERTOOLS_* at construction, cached runtimes and clients) is built in the function's env.
-        self.fresh_modules = tuple(sorted(layer_packages))
-        self._pools: dict[str, Pool] = {}
-        self._logs = LogBook(MAX_LOG_LINES, echo=echo_logs)
+        self.fresh_modules = fresh_modules(self._functions)  # what every execution environment imports afresh
+        self._lambda = LambdaService(self.facts, self.region, self.env_overrides, self.function_env, echo_logs)
         pollers = sum(self._concurrency(e) for f in self._functions for e in f.sqs_events)
         # boto3 clients are thread-safe; the pool must fit every poller or urllib3 discards connections.
         self._sqs = sqs_client or aws_client(
@@ -148,26 +136,15 @@ class EventSourceRunner:
         check_mappings(self._functions, self.facts, self.queue_urls, self.env_overrides)
         self._sources = []
         self._stopping.clear()
-        self._pools = {fn.logical_id: self._pool(fn) for fn in self._functions}
+        self._lambda.open(self._functions)
         try:
-            # Init phase of one environment per function, all at once (each imports its handler, ~0.5-1 s).
-            with ThreadPoolExecutor(max(1, len(self._pools))) as pool:
-                list(pool.map(lambda p: p.release(p.acquire()), self._pools.values()))
             for fn in self._functions:
                 for event in fn.sqs_events:
                     url = self.queue_urls[event.queue_logical_id]
-                    self._sources.append(
-                        _Source(
-                            fn,
-                            event,
-                            url,
-                            queue_arn(self._sqs, url),
-                            self._pools[fn.logical_id],
-                            self._concurrency(event),
-                        )
-                    )
+                    pool, concurrency = self._lambda.pool(fn.logical_id), self._concurrency(event)
+                    self._sources.append(_Source(fn, event, url, queue_arn(self._sqs, url), pool, concurrency))
         except BaseException:
-            self._close_pools()
+            self._lambda.close()
             raise
         self._started = True
         for source in self._sources:
@@ -189,17 +166,7 @@ class EventSourceRunner:
         if still:
             log.warning("invocations still running after stop(timeout=%s): %s", timeout, still)
         self._started = False
-        self._close_pools()
-
-    def _close_pools(self) -> None:
-        for pool in list(self._pools.values()):
-            pool.close()
-
-    def _pool(self, fn: FunctionFacts) -> Pool:
-        name = self._function_name(fn)
-        overrides = {**self.env_overrides, **self.function_env.get(fn.logical_id, {})}
-        env = lambda_environment(fn, name, self.region, overrides, log_stream="")
-        return Pool(fn, env, self._logs)
+        self._lambda.close()
 
     def __enter__(self) -> EventSourceRunner:
         self.start()
@@ -246,13 +213,7 @@ class EventSourceRunner:
         the function's Timeout (its environment was killed)."""
         if not self._started:
             raise RuntimeError("start the runner first")
-        fn = self.facts.functions[function]
-        missing = [k for k in fn.unresolved if k not in self.env_overrides]
-        if missing:
-            raise ValueError(f"{function}: environment {missing} unresolved; pass the parameters/queues")
-        with self._lock:
-            pool = self._pools.get(function) or self._pools.setdefault(function, self._pool(fn))
-        return self._invoke_in_environment(pool, event, str(uuid.uuid4()))
+        return self._lambda.invoke(function, event, str(uuid.uuid4()))
 
     def abandon_next(self, n: int, function: str | None = None) -> None:
         """Simulate Lambda timeouts: the next n invocations (of `function`, or any) are killed mid-batch: the
@@ -273,7 +234,7 @@ class EventSourceRunner:
 
     def logs(self, function: str | None = None) -> list[str]:
         """What the execution environments of `function` (a logical id; None: all) printed, line by line."""
-        return self._logs.texts(function)
+        return self._lambda.logs.texts(function)
 
     def log_records(self, function: str | None = None) -> list[dict[str, Any]]:
         """The JSON log lines (LogFormat JSON, Powertools, EMF) of `function`, parsed."""
@@ -281,25 +242,20 @@ class EventSourceRunner:
 
     def timed_log_records(self, function: str | None = None) -> list[tuple[float, dict[str, Any]]]:
         """log_records with the time each line was read (CloudWatch Logs' ingestion time, Logs Insights' bins)."""
-        records = []
-        for line in self._logs.lines(function):
-            if line.text.startswith("{"):
-                with contextlib.suppress(ValueError):
-                    records.append((line.at, json.loads(line.text)))
-        return records
+        return self._lambda.timed_log_records(function)
 
     def probe(self, function: str, path: str | Path, name: str, *args: Any, every_new: bool = False) -> list[Any]:
         """For tests: the results of `name`(*args) from the file at `path`, run inside every live execution
         environment of `function` between its invocations (every_new: and in each environment created later)."""
-        return self._pools[function].probe(str(path), name, list(args), every_new=every_new)
+        return self._lambda.pool(function).probe(str(path), name, list(args), every_new=every_new)
 
     def prewarm(self, function: str, count: int) -> int:
         """Bench only: `count` idle environments of `function` before a burst (see Pool.prewarm)."""
-        return self._pools[function].prewarm(count)
+        return self._lambda.pool(function).prewarm(count)
 
     def environments(self, function: str) -> list[int]:
         """The pids of every execution environment `function` had so far (a cold start each)."""
-        return self._pools[function].pids
+        return self._lambda.pool(function).pids
 
     # ---- polling and invoking ----
 
@@ -363,7 +319,7 @@ class EventSourceRunner:
         started, t0 = time.time(), time.monotonic()
         abandoned = self._take_abandon(fn.logical_id)
         seen = records[: max(1, len(records) // 2)] if abandoned else records
-        answer = self._invoke_in_environment(source.pool, {"Records": seen}, request_id)
+        answer = self._lambda.invoke_in(source.pool, {"Records": seen}, request_id)
         duration = time.monotonic() - t0
         outcome, failed, error = classify(
             answer, abandoned, fn.timeout, source.event.report_batch_item_failures, set(ids)
@@ -389,29 +345,6 @@ class EventSourceRunner:
             error=error,
         )
 
-    def _invoke_in_environment(self, pool: Pool, event: dict[str, Any], request_id: str) -> dict[str, Any] | None:
-        """{"response": ...} or {"error": ...}; None when the invocation ran past the Timeout (environment killed)."""
-        fn = pool.function
-        try:
-            worker = pool.acquire()  # a cold start when none is idle; init time does not count against Timeout
-        except InitError as err:
-            return {"error": f"Runtime.ImportModuleError: {err}"}
-        request = {
-            "event": event,
-            "request_id": request_id,
-            "remaining_ms": fn.timeout * 1000,
-            "context": self._context(fn),
-        }
-        try:
-            answer = worker.invoke(request, fn.timeout)
-        finally:
-            pool.release(worker)  # only if still alive
-        if answer is None:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-            text = f"{stamp}Z {request_id} Task timed out after {fn.timeout:.2f} seconds"
-            self._logs.append(LogLine(fn.logical_id, worker.pid, time.time(), text))  # what Lambda writes there
-        return answer
-
     def _delete(self, source: _Source, records: list[dict[str, Any]]) -> None:
         entries = [{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(records)]
         try:
@@ -421,20 +354,6 @@ class EventSourceRunner:
             return
         for failure in result.get("Failed", []):
             log.warning("could not delete a record: %s", failure)
-
-    def _function_name(self, fn: FunctionFacts) -> str:
-        return f"{self.facts.stack_name}-{fn.logical_id}"
-
-    def _context(self, fn: FunctionFacts) -> dict[str, Any]:
-        """The context fields the environment does not know itself (it adds the request id, stream and deadline)."""
-        name = self._function_name(fn)
-        return {
-            "function_name": name,
-            "function_version": "$LATEST",
-            "invoked_function_arn": f"arn:aws:lambda:{self.region}:{self.facts.account_id}:function:{name}",
-            "memory_limit_in_mb": fn.memory_size,
-            "log_group_name": f"/aws/lambda/{name}",
-        }
 
     # ---- helpers ----
 
@@ -470,14 +389,3 @@ class EventSourceRunner:
             attrs = self._sqs.get_queue_attributes(QueueUrl=url, AttributeNames=list(_QUEUE_COUNTS))["Attributes"]
             counts[url] = {k: int(attrs.get(k, 0)) for k in _QUEUE_COUNTS}
         return counts
-
-
-def _top_level_names(layer_dir: Path) -> frozenset[str]:
-    """The importable top-level packages/modules a layer directory provides (what Lambda puts on sys.path)."""
-    if not layer_dir.is_dir():
-        return frozenset()
-    return frozenset(
-        p.stem if p.suffix == ".py" else p.name
-        for p in layer_dir.iterdir()
-        if (p.suffix == ".py" and p.is_file()) or (p / "__init__.py").is_file()
-    )

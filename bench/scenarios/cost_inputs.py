@@ -280,7 +280,7 @@ def log_sizes() -> dict[str, dict[str, float]]:
 def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[str, dict[str, float]]]:
     from bench.world import CLUSTER, BenchWorld
     from ccm.aws.security_groups import SecurityGroups
-    from ccm.batch import Deferred
+    from ccm.batch import NO_FACTS, Deferred
     from ccm.config import Settings
     from ccm.contracts.messages import heartbeat_for
     from ccm.k8s.kube import Kube
@@ -307,8 +307,10 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[
                             services_queue_url=bench.queue_url, sweeper_table=bench.table)  # fmt: skip
         svc_metrics, service = service_rt.metrics, "service-reconciler"
 
+        alone = service_rt.ServiceBatch(creations=1)  # each record as in its own batch: no burst
+
         def handle(body: str, group: str) -> None:
-            bench.runtime.handle_record(SQSRecord(sqs_record(body, group)))
+            bench.runtime.handle_record(SQSRecord(sqs_record(body, group)), alone)
 
         created = bench.create_service("cost", [80, 443])
         with out.situation("service_change", svc_metrics, service):
@@ -326,7 +328,7 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[
         node_metrics, node_service = node_rt.metrics, "node-reconciler"
         node = _joining_node(bench)
         with out.situation("node_change", node_metrics, node_service):
-            nodes.handle_record(SQSRecord(sqs_record(bench.delta("Node", "ADDED", node).to_body(), "n")))
+            nodes.handle_record(SQSRecord(sqs_record(bench.delta("Node", "ADDED", node).to_body(), "n")), NO_FACTS)
         node = bench.emulator.get("nodes", "", node["metadata"]["name"]) or node
         past = time.time() - 60  # a coalescing bucket already over: its HOSTS message is processed at once
         bench.updater(clock=lambda: past).on_node_delta(bench.delta("Node", "ADDED", bench.add_node()))
@@ -336,14 +338,14 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[
         with out.situation("host_update", svc_metrics, service):
             for message in hosts:
                 with contextlib.suppress(Deferred):
-                    bench.runtime.handle_record(SQSRecord(sqs_record(message["Body"], "h", 2)))
+                    bench.runtime.handle_record(SQSRecord(sqs_record(message["Body"], "h", 2)), alone)
         instance = (node.get("spec") or {}).get("providerID", "aws:///us-east-1a/i-0123456789abcdef0").rsplit("/")[-1]
         with out.situation("ec2_event", node_metrics, node_service):
-            nodes.handle_record(SQSRecord(sqs_record(ec2_state_change_body(instance, "running", "e1"), "e")))
+            nodes.handle_record(SQSRecord(sqs_record(ec2_state_change_body(instance, "running", "e1"), "e")), NO_FACTS)
         with out.situation("safety_pass", node_metrics, node_service):
-            nodes.handle_record(SQSRecord(sqs_record(_scheduled(), "pass")))
+            nodes.handle_record(SQSRecord(sqs_record(_scheduled(), "pass")), NO_FACTS)
         with out.situation("failure", node_metrics, node_service):
-            nodes.handle_record(SQSRecord(sqs_record("not a message", "bad")))
+            nodes.handle_record(SQSRecord(sqs_record("not a message", "bad")), NO_FACTS)
 
         route_settings = route_rt.RouteSettings(CLUSTER, vpc, parse_cluster_cidrs(["10.244.0.0/16"]))
         routes = build_route_runtime(route_settings, RouteKube(from_kubeconfig(bench.kubeconfig)), bench.clients)

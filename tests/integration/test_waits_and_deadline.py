@@ -162,9 +162,9 @@ def test_the_batch_stops_starting_records_when_its_time_runs_out(
     finished: list[str] = []
     handle = runtime.handle_record
 
-    def counted(record: Any) -> None:  # the record's status is written early (right after CreateLoadBalancer)
+    def counted(record: Any, facts: Any) -> None:  # the record's status is written early (after CreateLoadBalancer)
         try:
-            handle(record)
+            handle(record, facts)
         finally:  # done also when handed back for its continuation (a batch creating 3 Services is a burst)
             finished.append(record.message_id)
 

@@ -276,11 +276,11 @@ _EMF_PROBE = """
 import contextlib
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from ccm.config import Settings
-from ccm.service.runtime import ServiceRuntime, metrics
+from ccm.service.runtime import ServiceBatch, ServiceRuntime, metrics
 runtime = ServiceRuntime(Settings("probe", "vpc-1"), None, None, None)  # a malformed body needs no client
 with contextlib.suppress(Exception):
     runtime.handle_record(SQSRecord({"messageId": "m", "body": "not a delta", "attributes": {
-        "ApproximateReceiveCount": "1", "SentTimestamp": "0", "SenderId": "probe"}}))
+        "ApproximateReceiveCount": "1", "SentTimestamp": "0", "SenderId": "probe"}}), ServiceBatch(creations=1))
 metrics.flush_metrics()
 """
 

@@ -9,6 +9,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm import batch
-from ccm.batch import Deferred, FifoBatchRuntime, share_across_threads
+from ccm.batch import BatchFacts, Deferred, FifoBatchRuntime, share_across_threads
 from ccm.retry import RETURN_DELAY_SECONDS
 
 ARN = "arn:aws:sqs:us-east-1:123456789012:services.fifo"
@@ -57,16 +58,28 @@ def record(message_id: str, group: str) -> dict[str, Any]:
     }
 
 
-class Runtime(FifoBatchRuntime):
+@dataclass(frozen=True)
+class Sized(BatchFacts):
+    records: int  # a fact of the whole batch, computed before its first record
+
+
+class Runtime(FifoBatchRuntime[Sized]):
     def __init__(self, handle: Callable[[SQSRecord], None]) -> None:
         super().__init__(FakeClients())  # type: ignore[arg-type]
         self.handle = handle
         self.order: list[str] = []
+        self.facts_made: list[Sized] = []
+        self.facts_seen: list[Sized] = []
         self._order_lock = threading.Lock()
 
-    def handle_record(self, record: SQSRecord) -> None:
+    def batch_facts(self, event: dict[str, Any]) -> Sized:
+        self.facts_made.append(Sized(len(event["Records"])))
+        return self.facts_made[-1]
+
+    def handle_record(self, record: SQSRecord, batch: Sized) -> None:
         with self._order_lock:
             self.order.append(record.message_id)
+            self.facts_seen.append(batch)
         self.handle(record)
 
     @property
@@ -93,6 +106,23 @@ def test_two_groups_run_at_the_same_time():
     runtime = Runtime(lambda r: barrier.wait())
     response = runtime.handle_batch({"Records": [record("a1", "default/a"), record("b1", "default/b")]}, Ctx())
     assert failed_ids(response) == []
+
+
+def test_the_batch_facts_are_made_once_and_every_record_gets_them() -> None:
+    """Computed before any record runs and passed to each one, in every worker thread; a new batch, new facts."""
+    barrier = threading.Barrier(2, timeout=WAIT)
+
+    def handle(r: SQSRecord) -> None:
+        if r.message_id in ("a1", "b1"):
+            barrier.wait()  # a1 and b1 in two threads at once
+
+    runtime = Runtime(handle)
+    records = [record("a1", "a"), record("b1", "b"), record("a2", "a"), record("c1", "c")]
+    assert failed_ids(runtime.handle_batch({"Records": records}, Ctx())) == []
+    (made,) = runtime.facts_made
+    assert made == Sized(4) and len(runtime.facts_seen) == 4 and all(seen is made for seen in runtime.facts_seen)
+    assert failed_ids(runtime.handle_batch({"Records": [record("d1", "d")]}, Ctx())) == []
+    assert runtime.facts_made[1:] == [Sized(1)] and runtime.facts_seen[-1] is runtime.facts_made[1]
 
 
 def test_one_group_keeps_its_order_while_another_runs():

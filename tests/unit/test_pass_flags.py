@@ -16,7 +16,7 @@ from ccm.contracts.cloud import PassFlags
 from ccm.contracts.messages import REPAIR, delta_for
 from ccm.service.decisions import Action
 from ccm.service.reconciler import Outcome
-from ccm.service.runtime import ServiceRuntime, creations_in
+from ccm.service.runtime import ServiceBatch, ServiceRuntime, creations_in
 from tests.factories import service
 
 
@@ -84,7 +84,7 @@ def test_only_first_attempts_without_drift_trust_the_checkpoint(
     delta = delta_for("Service", event_type, service())
     if repair:
         delta.object[REPAIR] = True
-    runtime.handle_record(record(delta.to_body(), receive_count))
+    runtime.handle_record(record(delta.to_body(), receive_count), ServiceBatch(creations=1))
     (flags,) = reconciler.flags
     assert flags.trust_applied is trusted
 
@@ -112,3 +112,13 @@ def test_hostname_first_only_in_a_batch_that_creates_several_services() -> None:
     assert flags_of([raw("ADDED", "a"), raw("ADDED", "b")]) == [True, True]
     assert flags_of([raw("ADDED", "a"), raw("SYNC", "b")]) == [False, False]
     assert flags_of([raw("ADDED", "a")]) == [False]
+
+
+@pytest.mark.parametrize(("creations", "hostname_first"), [(0, False), (1, False), (2, True), (10, True)])
+def test_hostname_first_is_what_the_batch_facts_say(creations: int, hostname_first: bool) -> None:
+    """handle_record reads the burst from its argument alone (no state left by an earlier batch), any delta type."""
+    reconciler = Recording()
+    runtime = ServiceRuntime(Settings("c", "vpc-1"), Clients(), reconciler, None)  # type: ignore[arg-type]
+    runtime.handle_record(record(delta_for("Service", "SYNC", service()).to_body(), 1), ServiceBatch(creations))
+    (flags,) = reconciler.flags
+    assert flags.hostname_first is hostname_first

@@ -10,6 +10,10 @@ Why not Powertools' SqsFifoPartialProcessor (used before): it runs the whole bat
 other, so the tenth record of a batch waited for the nine Services before it. What it gave us is the group skip and
 the response shape, {"batchItemFailures": [{"itemIdentifier": id}]}: both are a few lines here.
 
+Facts about the whole batch (e.g. how many Services it creates) are computed once, by `batch_facts`, before any
+record runs, and handed to every `handle_record` as an argument: a frozen value, so the record threads share it
+without a lock, and a record handled outside a batch (tests, bench) says explicitly what batch it pretends to be in.
+
 The invocation's deadline (ccm.deadline): a record starts only while enough time is left, and one cut short by it
 (OutOfTime) is returned too; both come back after ccm.retry.RETURN_DELAY_SECONDS, and neither is a failure.
 
@@ -29,7 +33,8 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -85,13 +90,34 @@ def share_across_threads(logger: Logger, metrics: Metrics) -> None:
     metrics.add_metric = locked_add_metric  # type: ignore[method-assign]
 
 
-class FifoBatchRuntime:
+@dataclass(frozen=True)
+class BatchFacts:
+    """What the records of one batch learn from the batch as a whole. Empty here: a runtime that needs something
+    subclasses it (e.g. ccm.service.runtime.ServiceBatch). Frozen: shared read-only by the record threads."""
+
+
+NO_FACTS: Final = BatchFacts()
+
+FactsT = TypeVar("FactsT", bound=BatchFacts)
+
+
+class FifoBatchRuntime(Generic[FactsT]):
+    """Runs a batch's groups (see the module docstring); a subclass says what one record does (`handle_record`)
+    and what its records need to know of their batch (`batch_facts`; `FactsT`, NO_FACTS when nothing)."""
+
     def __init__(self, clients: CloudClients) -> None:
         self.clients = clients
         self._delays: dict[str, int] = {}
         self._queue_urls: dict[str, str] = {}
 
-    def handle_record(self, record: SQSRecord) -> None:
+    def batch_facts(self, event: dict[str, Any]) -> FactsT:
+        """Called once per batch, before any record runs, with the whole SQS event; must not raise for a malformed
+        record (`handle_record` rejects it). No default: a generic one could not be typed as `FactsT`."""
+        raise NotImplementedError
+
+    def handle_record(self, record: SQSRecord, batch: FactsT) -> None:
+        """Process one record; `batch` is what `batch_facts` returned for the batch it came in. Raise to fail it
+        (and the rest of its group), Deferred to hand it back without counting a failure."""
         raise NotImplementedError
 
     def defer(self, message_id: str, seconds: int) -> None:
@@ -103,7 +129,8 @@ class FifoBatchRuntime:
         for raw in event.get("Records", []):
             groups.setdefault(_group_of(raw), []).append(raw)
         remaining = deadline.remaining_of(context)
-        run = functools.partial(self._run_group, remaining, deadline.record_reserve_seconds())
+        facts = self.batch_facts(event)
+        run = functools.partial(self._run_group, remaining, deadline.record_reserve_seconds(), facts)
         workers = min(len(groups), group_concurrency())
         if workers <= 1:
             outcomes = [run(records) for records in groups.values()]
@@ -126,7 +153,7 @@ class FifoBatchRuntime:
         return response
 
     def _run_group(
-        self, remaining: Callable[[], float] | None, reserve: float, records: list[dict[str, Any]]
+        self, remaining: Callable[[], float] | None, reserve: float, facts: FactsT, records: list[dict[str, Any]]
     ) -> tuple[list[str], list[str]]:
         """Run one group's records in order: (failed ids: the failing record and the rest of the group, returned)."""
         returned: list[str] = []
@@ -137,7 +164,7 @@ class FifoBatchRuntime:
                     if not deadline.can_start(remaining() if remaining else None, reserve):
                         raise Returned("not started: the invocation's time is running out")
                     try:
-                        self.handle_record(SQSRecord(raw))
+                        self.handle_record(SQSRecord(raw), facts)
                     except deadline.OutOfTime as err:
                         raise Returned(f"cut short: {err}") from None
                 except Returned:

@@ -41,13 +41,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from ccm.batch import Deferred, FifoBatchRuntime
+from ccm.batch import NO_FACTS, BatchFacts, Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics, add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, InstanceMetadata, Instances, KubeObject, RetryError
@@ -124,7 +124,7 @@ class StepsFailed(Exception):
         self.retry = retry
 
 
-class NodeRuntime(FifoBatchRuntime):
+class NodeRuntime(FifoBatchRuntime[BatchFacts]):
     """Built once per execution environment and reused by warm invocations."""
 
     def __init__(
@@ -158,7 +158,10 @@ class NodeRuntime(FifoBatchRuntime):
         return self._periodic_consumers
 
     # -- one record -----------------------------------------------------------------------------------------
-    def handle_record(self, record: SQSRecord) -> None:
+    def batch_facts(self, event: dict[str, Any]) -> BatchFacts:
+        return NO_FACTS  # each record re-reads the Node or EC2 itself: nothing to learn from the rest of the batch
+
+    def handle_record(self, record: SQSRecord, batch: BatchFacts) -> None:
         started = time.time()
         attempt = int(record.attributes.approximate_receive_count or 1)
         try:

@@ -7,9 +7,9 @@ on, counted in ReconcileWaiting, and retried at its own delay doubling to 300 s.
 after it in the same FIFO group get the same delay, so the group resumes as one. A malformed body is made visible
 again at once, so it reaches the DLQ after maxReceiveCount quickly.
 
-A batch that creates several Services is a burst: their first passes stop once the hostname is written
-(PassFlags.hostname_first) and come back after ccm.retry.CONTINUATION_DELAY_SECONDS for the rest, logged at INFO
-and neither a failure nor a wait.
+A batch that creates several Services is a burst (ServiceBatch.creations, counted once per batch and handed to each
+record): their first passes stop once the hostname is written (PassFlags.hostname_first) and come back after
+ccm.retry.CONTINUATION_DELAY_SECONDS for the rest, logged at INFO and neither a failure nor a wait.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from ccm.batch import Deferred, FifoBatchRuntime
+from ccm.batch import BatchFacts, Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, LoadBalancer, PassFlags
@@ -41,7 +42,14 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "S
 log = logging.getLogger(__name__)
 
 
-class ServiceRuntime(FifoBatchRuntime):
+@dataclass(frozen=True)
+class ServiceBatch(BatchFacts):
+    """What a service record learns from its batch."""
+
+    creations: int  # Services (message groups) with an ADDED delta in the batch: more than one is a burst
+
+
+class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
     """Built once per execution environment and reused by warm invocations."""
 
     def __init__(
@@ -56,13 +64,11 @@ class ServiceRuntime(FifoBatchRuntime):
         self.senders: Senders | None = settings.senders
         self.balancer = balancer
         self.reconciler = reconciler
-        self._creations = 0  # Services created in the current batch (set per invocation, read by its record threads)
 
-    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        self._creations = creations_in(event)
-        return super().handle_batch(event, context)
+    def batch_facts(self, event: dict[str, Any]) -> ServiceBatch:
+        return ServiceBatch(creations=creations_in(event))
 
-    def handle_record(self, record: SQSRecord) -> None:
+    def handle_record(self, record: SQSRecord, batch: ServiceBatch) -> None:
         started = time.time()
         attempt = int(record.attributes.approximate_receive_count or 1)
         try:
@@ -99,7 +105,7 @@ class ServiceRuntime(FifoBatchRuntime):
             trust_applied=attempt == 1 and not delta.object.get(REPAIR),
             # Among other creations: hostname first, the rest after the burst's creations (a retry too: its rest
             # would take the bucket's tokens from the CreateLoadBalancer calls still waiting).
-            hostname_first=self._creations > 1,
+            hostname_first=batch.creations > 1,
         )
         self.clients.counter.reset_thread()
         try:
