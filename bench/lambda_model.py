@@ -244,8 +244,9 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
             elif attempt < a.retry_attempts:
                 sleep = rng.random() * a.retry_base_s * 2 ** (attempt - 1)
                 at(now + took + sleep, lambda t2: call(i, attempt + 1, t2))
-            elif now + took - (since := now + took if throttled_since is None else throttled_since) < a.throttle_wait_s:
-                sleep = rng.random() * a.throttle_backoff_cap_s  # botocore gave up: ccm.aws.clients keeps waiting
+            elif now + took - (since := throttled_since or now + took) < a.throttle_wait_s:
+                # botocore gave up: ccm.aws.clients keeps waiting, up to throttle_wait_s from here
+                sleep = rng.random() * a.throttle_backoff_cap_s
                 at(now + took + sleep, lambda t2: call(i, attempt + 1, t2, since))
             else:  # the record fails: back on the queue after the failure delay; the thread goes on
                 todo[service] = [c for c in calls[len(discovery) : i] if _is_read(c)] + list(calls[i:])
