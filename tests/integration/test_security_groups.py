@@ -153,9 +153,9 @@ def test_default_ranges_use_the_shared_groups_and_cost_nothing_warm(world: World
     svc, cfg = svc_and_config(ports=[(80, 30080), (443, 30443)])
     world.clients.counter.reset_thread()
     ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
-    # Cold: each shared group looked up by its tags (1 read) and created; the frontend gets its rules.
+    # Cold: one read of the cluster's groups finds neither shared group: both created; the frontend gets its rules.
     assert world.calls() == {
-        "ec2:DescribeSecurityGroups": 2,
+        "ec2:DescribeSecurityGroups": 1,
         "ec2:CreateSecurityGroup": 2,
         "ec2:AuthorizeSecurityGroupIngress": 1,
     }
@@ -176,6 +176,35 @@ def test_default_ranges_use_the_shared_groups_and_cost_nothing_warm(world: World
     assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == ids
     assert world.sgs.ensure_lb_group(lb_name(other), other, other_cfg, "clb", {}) == ids
     assert world.calls() == {}  # warm: cached per execution environment
+
+
+def test_a_new_environment_learns_the_cluster_groups_in_one_read(world: World) -> None:
+    """The shared groups, the node group and its backend rule exist: a new environment's first create needs them
+    all, from one read of the VPC's cluster-tagged groups (one by one it took four)."""
+    svc, cfg = svc_and_config()
+    ids = ensure(world, svc, cfg)
+    world.sgs.forget_node_groups()  # a new execution environment
+    world.clients.counter.reset_thread()
+    assert ensure(world, svc, cfg) == ids
+    assert world.calls() == {"ec2:DescribeSecurityGroups": 1}
+    world.clients.counter.reset_thread()
+    assert ensure(world, svc, cfg) == ids
+    assert world.calls() == {}  # all of it cached
+
+
+def test_a_node_group_without_the_backend_rule_gets_it_after_the_scan(world: World) -> None:
+    """The scan learns the shared groups but sees the node group lacking the backend rule (revoked by hand): not
+    remembered as present, so node access reads the node group and authorizes the rule again."""
+    svc, cfg = svc_and_config()
+    ids = ensure(world, svc, cfg)
+    backend = ids[1]
+    rule = m.backend_rule(backend, CLUSTER)
+    world.ec2.revoke_security_group_ingress(GroupId=world.node_sg, IpPermissions=m.to_permissions([rule]))
+    world.sgs.forget_node_groups()  # a new execution environment
+    world.clients.counter.reset_thread()
+    assert ensure(world, svc, cfg) == ids
+    assert world.calls() == {"ec2:DescribeSecurityGroups": 2, "ec2:AuthorizeSecurityGroupIngress": 1}
+    assert rule in set(m.rules_from_permissions(world.group(world.node_sg)["IpPermissions"]))
 
 
 def test_a_found_shared_frontend_group_has_its_rules_converged(world: World) -> None:
@@ -273,9 +302,9 @@ def test_node_access_is_one_rule_for_every_lb(world: World) -> None:
     svc2, cfg2 = svc_and_config("clb", ports=[(80, 30080), (8080, 30081)], loadBalancerSourceRanges=RANGES)
     world.clients.counter.reset_thread()
     ensure(world, svc1, cfg1)
-    # Cold start: 2 reads + 2 creates for the shared groups, 1 Authorize of the frontend's rules; 1 read to
-    # discover the node group, 1 to read it, 1 Authorize of the backend rule.
-    assert world.calls()["ec2:DescribeSecurityGroups"] == 4
+    # Cold start in a new cluster: 1 read of the cluster's groups (the node group learnt from it, no shared group
+    # yet), 2 creates, 1 Authorize of the frontend's rules; 1 read of the node group, 1 Authorize of the backend rule.
+    assert world.calls()["ec2:DescribeSecurityGroups"] == 2
     assert world.calls()["ec2:AuthorizeSecurityGroupIngress"] == 2
     ids2 = ensure(world, svc2, cfg2)
     assert world.node_rules() == [backend_rule(world)]

@@ -72,6 +72,23 @@ def invocation(remaining: Callable[[], float] | None, finish_reserve: float = FI
         _local.remaining = before
 
 
+def carried() -> Callable[[], float] | None:
+    """This thread's deadline as entered (finish reserve applied), for a helper thread to `carry`."""
+    remaining: Callable[[], float] | None = getattr(_local, "remaining", None)
+    return remaining
+
+
+@contextmanager
+def carry(remaining: Callable[[], float] | None) -> Iterator[None]:
+    """Within the block, this (helper) thread keeps the deadline another thread `carried()`."""
+    before = getattr(_local, "remaining", None)
+    _local.remaining = remaining
+    try:
+        yield
+    finally:
+        _local.remaining = before
+
+
 def calls_remaining() -> float | None:
     """Seconds calls may still use in this thread's invocation (None: no deadline)."""
     remaining: Callable[[], float] | None = getattr(_local, "remaining", None)

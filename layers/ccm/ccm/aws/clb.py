@@ -36,6 +36,7 @@ from ccm.aws.fixed_settings import FIXED_SETTING, scheme_kept
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
 from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.ownership import clb_tags, ours_to_delete
+from ccm.aws.parallel import in_parallel
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
@@ -120,12 +121,12 @@ class ClassicLoadBalancers:
                 warnings.append(LoadBalancerWarning(FIXED_SETTING, kept))
                 config = replace(config, scheme=lb["Scheme"])  # converged as it is: subnets found for its scheme
         # Everything that can refuse the Service happens above and here, before the first write.
-        subnets = self._subnets(config, cluster_name, nodes, creating=lb is None)
+        subnets, scanned = self._subnets_and_groups(config, cluster_name, nodes, creating=lb is None)
         desired = m.desired_clb(service, config, nodes, cluster_name, subnets.ids)
         self.references.verify(refs.wanted(config, creating=lb is None) - refs.in_use(lb), config)
         groups: list[str] = []
         if self.security_groups is not None:
-            groups = self.security_groups.ensure_lb_group(name, service, config, "clb", dict(desired.tags))
+            groups = self.security_groups.ensure_lb_group(name, service, config, "clb", dict(desired.tags), scanned)
             desired = replace(desired, security_groups=tuple(groups))
         if lb is None:
             observed = m.observed_after_create(desired, writes.create_lb(self.clients, self.vpc_id, desired))
@@ -264,11 +265,26 @@ class ClassicLoadBalancers:
         """The LB's tags, or None when it does not exist."""
         return clb_tags(self.elb, name)
 
+    def _subnets_and_groups(
+        self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool
+    ) -> tuple[SubnetChoice, bool]:
+        """The subnets; for a creation in a new environment, beside them the read of the cluster's groups that
+        `ensure_lb_group` needs first, both at once (ccm.aws.parallel). (subnets, whether the groups were read)"""
+        groups = self.security_groups
+        if not creating or groups is None or not groups.needs_cluster_scan(config):
+            return self._subnets(config, cluster_name, nodes, creating), False
+        choice, scanned = in_parallel(
+            self.clients.counter,
+            lambda: self._subnets(config, cluster_name, nodes, creating),
+            groups.learn_cluster_groups,
+        )
+        return choice, bool(scanned)
+
     def _subnets(
         self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool = False
     ) -> SubnetChoice:
         """Rediscovered on every full pass over an existing LB, so new or retagged subnets are attached and removed
         ones detached; a creation may reuse a recent clean discovery (ccm.aws.subnets)."""
         return resolve_subnets(
-            self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "Classic ELB", creating=creating
+            self.clients, self.vpc_id, config, cluster_name, node_zones(nodes), "Classic ELB", creating=creating
         )

@@ -155,6 +155,18 @@ class CallCounter:
         """Throttled attempts (retried or not) of the current thread since it last called reset_thread()."""
         return sum(self._thread_counters()[1].values())
 
+    def thread_counts(self) -> tuple[Counter[str], Counter[str]]:
+        """The current thread's calls and throttled attempts, per operation."""
+        calls, throttles = self._thread_counters()
+        return Counter(calls), Counter(throttles)
+
+    def add_to_thread(self, calls: Counter[str], throttles: Counter[str]) -> None:
+        """Count, as the current thread's, what a helper thread made for it (ccm.aws.parallel); the totals already
+        have them."""
+        mine, my_throttles = self._thread_counters()
+        mine.update(calls)
+        my_throttles.update(throttles)
+
     def reset_thread(self) -> None:
         self._local.calls = Counter()
         self._local.throttles = Counter()

@@ -36,6 +36,7 @@ from ccm.aws.fixed_settings import FIXED_SETTING
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, validate_against_subnets
 from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.ownership import nlb_tags, ours_to_delete
+from ccm.aws.parallel import in_parallel
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
@@ -100,9 +101,10 @@ class NetworkLoadBalancers:
         created = lb is None
         warnings: list[LoadBalancerWarning] = []
         placement: dict[str, Any] = {}
+        scanned = False
         if lb is None:
             # Subnets and their EIPs / private IPs are checked before the first write: a refusal changes nothing.
-            choice = self._subnets(config, cluster_name, nodes, creating=True)
+            choice, scanned = self._subnets_and_groups(config, cluster_name, nodes, flags)
             cidrs = self._cidrs(choice) if config.private_ipv4_addresses else None
             validate_against_subnets(config, choice.ids, cidrs)
             placement = placed.placement(config, choice.ids, cidrs or {})
@@ -120,7 +122,7 @@ class NetworkLoadBalancers:
         if lb is not None and not lb.get("SecurityGroups"):  # created without groups: they would never be used
             wanted = replace(wanted, security_groups=frozenset())
         self.references.verify(wanted - used, config)
-        group_ids, unreachable = self._ensure_groups(service, config, desired, lb, nodes, flags)
+        group_ids, unreachable = self._ensure_groups(service, config, desired, lb, nodes, flags, scanned)
         warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
             lb = writes.create_lb(self.clients, self.vpc_id, desired, placement, group_ids)
@@ -207,8 +209,23 @@ class NetworkLoadBalancers:
         self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool = False
     ) -> SubnetChoice:
         return resolve_subnets(
-            self.clients.ec2, self.vpc_id, config, cluster_name, node_zones(nodes), "NLB", creating=creating
+            self.clients, self.vpc_id, config, cluster_name, node_zones(nodes), "NLB", creating=creating
         )
+
+    def _subnets_and_groups(
+        self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], flags: PassFlags
+    ) -> tuple[SubnetChoice, bool]:
+        """For a creation: the subnets and, in a new environment, beside them the read of the cluster's groups
+        that `_ensure_groups` needs first, both at once (ccm.aws.parallel). (subnets, whether the groups were read)"""
+        groups = self.security_groups
+        if groups is None or not flags.check_attributes or not groups.needs_cluster_scan(config):
+            return self._subnets(config, cluster_name, nodes, creating=True), False
+        choice, scanned = in_parallel(
+            self.clients.counter,
+            lambda: self._subnets(config, cluster_name, nodes, creating=True),
+            groups.learn_cluster_groups,
+        )
+        return choice, bool(scanned)
 
     def _cidrs(self, choice: SubnetChoice) -> dict[str, str]:
         """Subnet CIDRs for placing private IPs (subnets given by ID were not described yet: one call)."""
@@ -225,6 +242,7 @@ class NetworkLoadBalancers:
         lb: dict[str, Any] | None,
         nodes: Sequence[KubeObject],
         flags: PassFlags,
+        scanned: bool,
     ) -> tuple[list[str], str | None]:
         """Security groups (ccm.aws.shared_groups): the frontend (shared, or its own for source ranges) and the
         shared backend group, whose one node rule serves every LB; an existing NLB converges to them and its
@@ -238,7 +256,7 @@ class NetworkLoadBalancers:
             return [], None
         uid = p.meta(service)["uid"]
         group_ids = self.security_groups.ensure_lb_group(
-            desired.name, service, config, "nlb", dict(config.additional_tags)
+            desired.name, service, config, "nlb", dict(config.additional_tags), scanned
         )
         attached = list(lb.get("SecurityGroups") or []) if lb is not None else []
         if lb is not None and sorted(attached) != sorted(group_ids):

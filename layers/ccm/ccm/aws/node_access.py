@@ -83,6 +83,26 @@ class NodeAccess:
         self._retire(retire, {lb_name})
         return None
 
+    def learn_cluster_groups(self) -> bool:
+        """A new execution environment's first need of the shared groups: ONE read of the VPC's cluster-tagged
+        groups teaches their ids, the node group (when its tags name it) and whether it holds the backend rule,
+        which one by one took 4 reads (backend, frontend, node discovery, node rules) before the first create. True:
+        it scanned (`SharedGroups.group_id(scanned=True)` then creates what it did not find without another read)."""
+        scanned = self._node_groups.scan()
+        self.shared.learn(scanned)
+        node_groups = self._node_groups.learn(scanned)
+        backend = self.shared.cached(m.ROLE_BACKEND)
+        if (
+            backend is not None
+            and node_groups
+            and not any(
+                m.plan_backend_access(m.rules_from_permissions(g.get("IpPermissions", [])), backend, self.cluster_name)
+                for g in node_groups
+            )
+        ):
+            self.shared.remember_backend_rule(backend)
+        return True
+
     def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
         """Retire the node rules named after the LB, and any from its managed group `lb_group_id`."""
         groups = self._read_node_groups()

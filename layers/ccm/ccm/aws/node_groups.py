@@ -75,17 +75,33 @@ class NodeGroups:
                 self.forget()  # a node group was replaced: discover again once
         return []
 
-    def _discover(self) -> tuple[str, ...]:
-        ec2 = self.clients.ec2
-        tagged: list[str] = []
-        for page in ec2.get_paginator("describe_security_groups").paginate(
+    def scan(self) -> list[dict[str, Any]]:
+        """Every cluster-tagged group of the VPC as DescribeSecurityGroups answers (rules and tags included): the
+        node groups, the shared groups and the per-LB groups. One read (paginated)."""
+        found: list[dict[str, Any]] = []
+        for page in self.clients.ec2.get_paginator("describe_security_groups").paginate(
             Filters=[self._vpc_filter, {"Name": "tag-key", "Values": [self._cluster_tag]}]
         ):
-            tagged += [str(g["GroupId"]) for g in page["SecurityGroups"] if not m.is_lb_group(g)]
+            found += page["SecurityGroups"]
+        return found
+
+    def learn(self, scanned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """From a `scan`: when the tags alone name the node group (exactly one cluster-tagged group that is not a
+        load balancer's), it is cached as discovery would cache it, and returned as scanned; otherwise [] and
+        nothing learnt (discovery goes on to the instances when the node groups are next needed)."""
+        tagged = [g for g in scanned if not m.is_lb_group(g)]
+        if len(tagged) != 1:
+            return []
+        with _node_groups_lock:
+            _node_groups[self._key()] = (time.monotonic(), (str(tagged[0]["GroupId"]),))
+        return tagged
+
+    def _discover(self) -> tuple[str, ...]:
+        tagged = [str(g["GroupId"]) for g in self.scan() if not m.is_lb_group(g)]
         if len(tagged) == 1:
             return (tagged[0],)
         instance_groups: list[list[str]] = []
-        for page in ec2.get_paginator("describe_instances").paginate(
+        for page in self.clients.ec2.get_paginator("describe_instances").paginate(
             Filters=[
                 self._vpc_filter,
                 {"Name": "tag-key", "Values": [self._cluster_tag]},

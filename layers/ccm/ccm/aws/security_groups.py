@@ -47,8 +47,10 @@ Decisions:
 Calls (warm: the shared ids and the backend rule cached): ensure_lb_group with default ranges 0; with source
 ranges converged 1 read, created 1 read + CreateSecurityGroup + 1 Authorize, a range change 1 read + at most 1
 Authorize + 1 Revoke. ensure_node_access 0 (bring-your-own: 1 read, +1 Authorize per node group to add). Cold, once
-per execution environment: per shared group 1 read (+ CreateSecurityGroup, + 1 Authorize for the frontend), node
-groups 1-2 reads + 1 read, + 1 Authorize per node group lacking the backend rule. delete_lb_group: 0 for an LB seen
+per execution environment: 1 read of the VPC's cluster-tagged groups (`NodeAccess.learn_cluster_groups`: both shared
+groups, the node group when its tags name it, and its backend rule); then only what it did not settle: a shared group
+not found is created (+ 1 Authorize for the frontend), node groups not named by tags 1-2 reads + 1 read, + 1
+Authorize per node group lacking the backend rule. delete_lb_group: 0 for an LB seen
 carrying only the shared groups; else 2 reads + DeleteSecurityGroup (+ Revoke of a per-LB node rule).
 """
 
@@ -104,12 +106,29 @@ class SecurityGroups:
         self._seen: dict[str, tuple[str, ...]] = {}  # lb name -> its groups, read right before deleting it
 
     # -- the load balancer's groups --------------------------------------------------------------------------------
+    def needs_cluster_scan(self, config: LoadBalancerConfig) -> bool:
+        """Would `ensure_lb_group` start with a read of the cluster's groups (a new environment, shared groups)?"""
+        return not config.security_groups and self.shared.cached(m.ROLE_BACKEND) is None
+
+    def learn_cluster_groups(self) -> bool:
+        """Before a create, beside subnet discovery (ccm.aws.parallel): the read a new environment's
+        `ensure_lb_group` would start with (`NodeAccess.learn_cluster_groups`). Returns True: pass it on as
+        `ensure_lb_group(scanned=True)`."""
+        return self._nodes.learn_cluster_groups()
+
     def ensure_lb_group(
-        self, lb_name: str, service: KubeObject, config: LoadBalancerConfig, lb_type: str, extra_tags: dict[str, str]
+        self,
+        lb_name: str,
+        service: KubeObject,
+        config: LoadBalancerConfig,
+        lb_type: str,
+        extra_tags: dict[str, str],
+        scanned: bool = False,
     ) -> list[str]:
         """The SG ids to attach to the LB: bring-your-own groups (annotation security-groups, used as is, never
         modified) or our managed group `k8s-elb-<lb_name>` (created with its tags via TagSpecifications, rules
-        converged), then extra-security-groups. Idempotent; finds its group by name + VPC + cluster tag."""
+        converged), then extra-security-groups. Idempotent; finds its group by name + VPC + cluster tag.
+        `scanned`: `learn_cluster_groups` read the cluster's groups just before."""
         extra = list(config.extra_security_groups)
         self._check_named_groups([*config.security_groups, *extra])
         if config.security_groups:
@@ -117,9 +136,11 @@ class SecurityGroups:
             # (and an LB carries at most 5), their first group keeps its node rule, and Services sharing one
             # group share that rule (one per source), so they do not grow the node group per LB either.
             return _unique([*config.security_groups, *extra])
-        backend = self.shared.group_id(m.ROLE_BACKEND)
+        # A new environment: one read instead of four (learn_cluster_groups).
+        scanned = scanned or (self.shared.cached(m.ROLE_BACKEND) is None and self._nodes.learn_cluster_groups())
+        backend = self.shared.group_id(m.ROLE_BACKEND, scanned)
         if m.open_to_all(config, lb_type):
-            return _unique([self.shared.group_id(m.ROLE_FRONTEND), backend, *extra])
+            return _unique([self.shared.group_id(m.ROLE_FRONTEND, scanned), backend, *extra])
         group = self._managed_group(lb_name)
         if group is None:
             group = self._create_managed_group(lb_name, service, extra_tags)

@@ -90,13 +90,25 @@ class SharedGroups:
         return bool(group_ids) and set(group_ids) <= known
 
     # -- find or create -----------------------------------------------------------------------------------------
-    def group_id(self, role: str) -> str:
-        """The id of the shared group of that role: cached, else found by its tags (1 read), else created."""
+    def group_id(self, role: str, scanned: bool = False) -> str:
+        """The id of the shared group of that role: cached, else found by its tags (1 read), else created.
+        `scanned`: a scan of the cluster's groups just taught the cache what exists (`learn`): not found there,
+        it is created without another read (a group made meanwhile answers Duplicate, and is found by name)."""
         if cached := self.cached(role):
             return cached
-        group = self._find(role) or self._create(role)
+        return self._adopt(role, (None if scanned else self._find(role)) or self._create(role))
+
+    def learn(self, scanned: list[dict[str, Any]]) -> None:
+        """From a scan of the VPC's cluster-tagged groups (`NodeGroups.scan`): the shared groups it holds, as a find
+        would have found them (the lowest id per role; the frontend's rules converged)."""
+        for role in (m.ROLE_BACKEND, m.ROLE_FRONTEND):
+            mine = [g for g in scanned if m.shared_role(g, self._cluster_tag) == role]
+            if mine:
+                self._adopt(role, min(mine, key=lambda g: str(g["GroupId"])))
+
+    def _adopt(self, role: str, group: dict[str, Any]) -> str:
         group_id = str(group["GroupId"])
-        if role == m.ROLE_FRONTEND:
+        if role == m.ROLE_FRONTEND:  # a creator may have crashed before authorizing its rules
             current = m.rules_from_permissions(group.get("IpPermissions", []))
             self._rules.authorize(group_id, m.plan_rules(current, m.frontend_default_rules())[0], lb_rules=True)
         self._remember(role, group_id)
