@@ -24,6 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ccm.contracts.messages import Delta, heartbeat_for
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
+from watcher.burst import LINGER_SECONDS, CreationWindow
 from watcher.fit import MAX_MESSAGE_BYTES, body_size, fit
 from watcher.metrics import Metrics
 
@@ -67,6 +68,7 @@ class Sender:
         self.sqs_ok = False
         self._last_ok = 0.0  # monotonic time of the last successful SQS call
         self._last_call = float("-inf")
+        self._creations = CreationWindow()  # the burst hint of Service creations (watcher.burst)
 
     # --- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -107,6 +109,11 @@ class Sender:
                     self._probe()
                 self._maybe_request_relist()
                 continue
+            if not self._stop.is_set() and self._creations.should_linger(batch):
+                # A burst's first creation waits for the ones right behind it (watcher.burst), once.
+                self._buffer.requeue_front(batch)
+                self._stop.wait(LINGER_SECONDS)
+                continue
             if self.send_batch(batch):
                 self._backoff.reset()
                 self._maybe_request_relist()
@@ -121,6 +128,7 @@ class Sender:
     def send_batch(self, batch: list[Delta]) -> bool:
         """Send one batch (one kind, distinct keys); returns False if anything has to be retried."""
         kind = batch[0].kind
+        batch = self._creations.stamp(batch)
         entries: list[dict[str, str]] = []
         sendable: list[Delta] = []
         rejected: list[Delta] = []

@@ -114,6 +114,23 @@ def test_hostname_first_only_in_a_batch_that_creates_several_services() -> None:
     assert flags_of([raw("ADDED", "a")]) == [False]
 
 
+@pytest.mark.parametrize(
+    ("event_type", "burst", "hostname_first"),
+    [("ADDED", 1, False), ("ADDED", 2, True), ("ADDED", 200, True), ("MODIFIED", 5, False), ("SYNC", 5, False)],
+)
+def test_a_creation_alone_in_its_batch_follows_the_watchers_burst_hint(
+    event_type: str, burst: int, hostname_first: bool
+) -> None:
+    """A burst's first messages often come one per batch: the watcher's count (Delta.burst) makes them hostname
+    first too; the hint means nothing on anything but a creation."""
+    reconciler = Recording()
+    runtime = ServiceRuntime(Settings("c", "vpc-1"), Clients(), reconciler, None)  # type: ignore[arg-type]
+    body = delta_for("Service", event_type, service()).with_burst(burst).to_body()
+    runtime.handle_record(record(body, 1), ServiceBatch(creations=1 if event_type == "ADDED" else 0))
+    (flags,) = reconciler.flags
+    assert flags.hostname_first is hostname_first
+
+
 @pytest.mark.parametrize(("creations", "hostname_first"), [(0, False), (1, False), (2, True), (10, True)])
 def test_hostname_first_is_what_the_batch_facts_say(creations: int, hostname_first: bool) -> None:
     """handle_record reads the burst from its argument alone (no state left by an earlier batch), any delta type."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -104,10 +105,33 @@ def test_batches_of_ten_routed_by_kind_with_group_and_dedup_ids(harness: Harness
             attributes = by_key[d.key]["Attributes"]
             assert attributes["MessageGroupId"] == d.group_id == d.key
             assert attributes["MessageDeduplicationId"] == d.deduplication_id
-            assert parse_delta(by_key[d.key]["Body"]) == d
+            # Every Service creation carries the burst hint: the creations sent in the last 2 s (watcher.burst).
+            parsed = parse_delta(by_key[d.key]["Body"])
+            assert parsed == (replace(d, burst=parsed.burst) if kind == "Service" else d)
+    bursts = sorted(parse_delta(m["Body"]).burst for m in got["Service"])
+    assert bursts == [10] * 10 + [20] * 10 + [25] * 5  # three SendMessageBatch calls of 10, 10 and 5 creations
     assert harness.metric("watcher_deltas_sent_total", kind="Service") == 25
     assert harness.metric("watcher_queue_lag_seconds_count", kind="Node") == 3
     assert harness.metric("watcher_last_successful_send_timestamp_seconds") > 0
+
+
+def test_a_lone_creation_waits_once_for_the_burst_behind_it(harness: Harness, sqs: Any, queues: dict) -> None:
+    """A burst's first creation is held LINGER_SECONDS and goes out with the next ones, all carrying the count;
+    a creation alone is still sent, after that wait."""
+    harness.sender.start()
+    assert harness.buffer.put(delta("default/first", uid="f"))
+    time.sleep(0.01)  # the sender has taken it and holds it
+    harness.put_all([delta(f"default/next-{i}", uid=f"n{i}") for i in range(3)])
+    assert harness.buffer.wait_empty(10)
+    assert harness.calls == [4]
+    got = [parse_delta(m["Body"]) for m in receive_all(sqs, queues["Service"], expect=4)]
+    assert {d.burst for d in got} == {4}
+
+    time.sleep(2.1)  # the window is over: a creation alone again
+    assert harness.buffer.put(delta("default/alone", uid="a"))
+    assert harness.buffer.wait_empty(10)
+    (alone,) = [parse_delta(m["Body"]) for m in receive_all(sqs, queues["Service"], expect=1)]
+    assert alone.burst == 1 and harness.calls == [4, 1]
 
 
 def test_same_observation_sent_twice_collapses_in_the_fifo_window(harness: Harness, sqs: Any, queues: dict) -> None:
@@ -212,7 +236,8 @@ def test_failed_entries_are_retried_alone_and_sender_faults_are_dropped_loudly(q
     """Per-entry failures need an SQS that fails selectively; botocore's Stubber plays that SQS."""
     client = sqs_client("http://127.0.0.1:1")
     h = Harness(client, queues)
-    a, b, c = (delta(f"default/{name}", uid=name) for name in ("a", "b", "c"))
+    # Changes, not creations: the bodies are exactly these deltas' (no burst hint, watcher.burst).
+    a, b, c = (delta(f"default/{name}", uid=name, type_="MODIFIED") for name in ("a", "b", "c"))
     with Stubber(client) as stub:
         stub.add_response(
             "send_message_batch",
@@ -245,8 +270,8 @@ def test_message_sizes_stay_within_the_sqs_batch_limit(queues: dict) -> None:
     client = sqs_client("http://127.0.0.1:1")
     h = Harness(client, queues)
     big = {"annotations": {"service.beta.kubernetes.io/x": "y" * 100_000}}
-    deltas = [Delta("Service", "ADDED", f"default/big-{i}", f"u{i}", "1", 1.0, big) for i in range(3)]
-    huge = Delta("Service", "ADDED", "default/huge", "uh", "1", 1.0, {"x": "y" * 300_000})
+    deltas = [Delta("Service", "MODIFIED", f"default/big-{i}", f"u{i}", "1", 1.0, big) for i in range(3)]
+    huge = Delta("Service", "MODIFIED", "default/huge", "uh", "1", 1.0, {"x": "y" * 300_000})
     h.put_all([huge, *deltas])
     trimmed = fit(huge)
     assert trimmed.object == {"trimmedToFit": ["x"]} and trimmed.uid == "uh"

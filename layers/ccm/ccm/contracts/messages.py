@@ -13,8 +13,16 @@ changed and carry enough (trimmed) fields to decide cheaply whether it matters. 
       "uid": "<metadata.uid>",
       "resourceVersion": "<metadata.resourceVersion>",
       "observedAt": 1732240000.123,          # unix seconds when the watcher observed the change
-      "object": {...}                        # trimmed copy, see trim_service / trim_node
+      "object": {...},                       # trimmed copy, see trim_service / trim_node
+      "burst": 12                            # optional, Service ADDED only: LoadBalancer Service creations the
+                                             # watcher sent within BURST_WINDOW_SECONDS, this one included
     }
+
+The burst hint (ccm.service.runtime): with more than one creation at once, each creation's first pass stops once its
+hostname is written and the rest follows after ccm.retry.CONTINUATION_DELAY_SECONDS, so every CreateLoadBalancer
+goes ahead of the listeners in AWS's shared create bucket. A batch can only count its own records, and a burst's
+first messages often arrive one per batch; the watcher sees the whole burst. Like every field it is a hint: it only
+orders work (a forged or stale value defers a new load balancer's listeners by that delay, nothing more).
 
 SQS attributes: MessageGroupId = the key (per-object serialisation; hashed when longer than SQS allows);
 MessageDeduplicationId = sha256(uid/resourceVersion/type class) so that the same observation sent by a restarted
@@ -37,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import fastjsonschema
@@ -70,6 +78,7 @@ DELTA_SCHEMA: Final[dict[str, Any]] = {
         "resourceVersion": {"type": "string", "minLength": 1, "maxLength": 64},
         "observedAt": {"type": "number", "minimum": 0},
         "object": {"type": "object"},
+        "burst": {"type": "integer", "minimum": 1},
     },
 }
 
@@ -89,6 +98,7 @@ class Delta:
     resource_version: str
     observed_at: float
     object: dict[str, Any]
+    burst: int = 1  # see the module docstring; 1: no other creation known
 
     @property
     def namespace_name(self) -> tuple[str, str]:
@@ -96,20 +106,22 @@ class Delta:
         return namespace, name
 
     def to_body(self) -> str:
-        return json.dumps(
-            {
-                "v": SCHEMA_VERSION,
-                "kind": self.kind,
-                "type": self.type,
-                "key": self.key,
-                "uid": self.uid,
-                "resourceVersion": self.resource_version,
-                "observedAt": self.observed_at,
-                "object": self.object,
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        body = {
+            "v": SCHEMA_VERSION,
+            "kind": self.kind,
+            "type": self.type,
+            "key": self.key,
+            "uid": self.uid,
+            "resourceVersion": self.resource_version,
+            "observedAt": self.observed_at,
+            "object": self.object,
+        }
+        if self.burst > 1:
+            body["burst"] = self.burst
+        return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+    def with_burst(self, burst: int) -> Delta:
+        return replace(self, burst=burst)
 
     @property
     def group_id(self) -> str:
@@ -160,6 +172,7 @@ def parse_delta(body: str) -> Delta:
         resource_version=data["resourceVersion"],
         observed_at=float(data["observedAt"]),
         object=data["object"],
+        burst=int(data.get("burst", 1)),
     )
 
 

@@ -7,9 +7,11 @@ on, counted in ReconcileWaiting, and retried at its own delay doubling to 300 s.
 after it in the same FIFO group get the same delay, so the group resumes as one. A malformed body is made visible
 again at once, so it reaches the DLQ after maxReceiveCount quickly.
 
-A batch that creates several Services is a burst (ServiceBatch.creations, counted once per batch and handed to each
-record): their first passes stop once the hostname is written (PassFlags.hostname_first) and come back after
-ccm.retry.CONTINUATION_DELAY_SECONDS for the rest, logged at INFO and neither a failure nor a wait.
+Several Services created at once are a burst: a batch that creates several (ServiceBatch.creations, counted once per
+batch and handed to each record), or a creation whose message says the watcher sent others with it (Delta.burst,
+ccm.contracts.messages; a burst's first messages often come one per batch). Their first passes stop once the
+hostname is written (PassFlags.hostname_first) and come back after ccm.retry.CONTINUATION_DELAY_SECONDS for the
+rest, logged at INFO and neither a failure nor a wait.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
             trust_applied=attempt == 1 and not delta.object.get(REPAIR),
             # Among other creations: hostname first, the rest after the burst's creations (a retry too: its rest
             # would take the bucket's tokens from the CreateLoadBalancer calls still waiting).
-            hostname_first=batch.creations > 1,
+            hostname_first=batch.creations > 1 or (delta.type == "ADDED" and delta.burst > 1),
         )
         self.clients.counter.reset_thread()
         try:
