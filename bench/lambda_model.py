@@ -83,7 +83,9 @@ class Burst:
     rate_scale: float = 1.0  # x AWS's refill rates; math.inf: no throttling
     continuation_s: float | None = None  # hostname-first passes: the rest comes back after this delay
     # What a new environment's first record on each thread reads before its own calls (its caches are empty:
-    # subnets, the shared groups), as the run's cold-start passes made them.
+    # subnets, the shared groups), as the run's cold-start passes made them. Made at once (ccm.aws.parallel): they
+    # take the longest one's time, each drawing its token (EC2's describe bucket, 100 then 20 a second, is never
+    # emptied by them: a throttled one is not retried here).
     cold_calls: Sequence[str] = ()
     latency_scale: float = 1.0  # x the assumed latencies; 0: instant calls
     seed: int = 1
@@ -222,7 +224,11 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
 
     def run_record(t: float, service: int, then: Callable[[float], None], discovery: Sequence[str]) -> None:
         receives[service] += 1
-        calls = [*discovery, *todo.pop(service, full)]
+        calls = list(todo.pop(service, full))
+        if discovery:  # the cache-filling reads, at once (see Burst.cold_calls)
+            for read in discovery:
+                buckets.take(read, t)
+            t += max(_latency_s(read, a.latency_ms, burst.latency_scale, rng) for read in discovery)
 
         def call(i: int, attempt: int, now: float, throttled_since: float | None = None) -> None:
             if i == len(calls):
@@ -236,7 +242,7 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
                     hostname[service] = now + took
                     if burst.continuation_s is not None and i + 1 < len(calls):
                         continued[0] += 1
-                        todo[service] = [c for c in calls[len(discovery) : i] if _is_read(c)] + list(calls[i + 1 :])
+                        todo[service] = [c for c in calls[:i] if _is_read(c)] + list(calls[i + 1 :])
                         visible.append((now + took + burst.continuation_s, service))
                         then(now + took)
                         return
@@ -249,7 +255,7 @@ def simulate(burst: Burst, assumptions: Assumptions | None = None) -> dict[str, 
                 sleep = rng.random() * a.throttle_backoff_cap_s
                 at(now + took + sleep, lambda t2: call(i, attempt + 1, t2, since))
             else:  # the record fails: back on the queue after the failure delay; the thread goes on
-                todo[service] = [c for c in calls[len(discovery) : i] if _is_read(c)] + list(calls[i:])
+                todo[service] = [c for c in calls[:i] if _is_read(c)] + list(calls[i:])
                 delay = min(a.failure_cap_s, a.failure_delay_s * 2 ** (receives[service] - 1))
                 visible.append((now + took + delay, service))
                 then(now + took)
