@@ -15,6 +15,7 @@ the pure planning in `clb_model`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -36,7 +37,6 @@ from ccm.aws.fixed_settings import FIXED_SETTING, scheme_kept
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
 from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.ownership import clb_tags, ours_to_delete
-from ccm.aws.parallel import in_parallel
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
@@ -268,17 +268,12 @@ class ClassicLoadBalancers:
     def _subnets_and_groups(
         self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool
     ) -> tuple[SubnetChoice, bool]:
-        """The subnets; for a creation in a new environment, beside them the read of the cluster's groups that
-        `ensure_lb_group` needs first, both at once (ccm.aws.parallel). (subnets, whether the groups were read)"""
-        groups = self.security_groups
-        if not creating or groups is None or not groups.needs_cluster_scan(config):
-            return self._subnets(config, cluster_name, nodes, creating), False
-        choice, scanned = in_parallel(
-            self.clients.counter,
-            lambda: self._subnets(config, cluster_name, nodes, creating),
-            groups.learn_cluster_groups,
-        )
-        return choice, bool(scanned)
+        """The subnets; for a creation, beside them what `ensure_lb_group` reads first in a new environment
+        (SecurityGroups.beside). (subnets, whether the groups were read)"""
+        find = functools.partial(self._subnets, config, cluster_name, nodes, creating=creating)
+        if not creating or self.security_groups is None:
+            return find(), False
+        return self.security_groups.beside(find, config)
 
     def _subnets(
         self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool = False

@@ -13,6 +13,7 @@ the listeners the plan touches get our UID tag where they carry only the cluster
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -36,7 +37,6 @@ from ccm.aws.fixed_settings import FIXED_SETTING
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, validate_against_subnets
 from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.aws.ownership import nlb_tags, ours_to_delete
-from ccm.aws.parallel import in_parallel
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
@@ -215,17 +215,12 @@ class NetworkLoadBalancers:
     def _subnets_and_groups(
         self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], flags: PassFlags
     ) -> tuple[SubnetChoice, bool]:
-        """For a creation: the subnets and, in a new environment, beside them the read of the cluster's groups
-        that `_ensure_groups` needs first, both at once (ccm.aws.parallel). (subnets, whether the groups were read)"""
-        groups = self.security_groups
-        if groups is None or not flags.check_attributes or not groups.needs_cluster_scan(config):
-            return self._subnets(config, cluster_name, nodes, creating=True), False
-        choice, scanned = in_parallel(
-            self.clients.counter,
-            lambda: self._subnets(config, cluster_name, nodes, creating=True),
-            groups.learn_cluster_groups,
-        )
-        return choice, bool(scanned)
+        """For a creation: the subnets, and beside them what `_ensure_groups` reads first in a new environment
+        (SecurityGroups.beside). (subnets, whether the groups were read)"""
+        find = functools.partial(self._subnets, config, cluster_name, nodes, creating=True)
+        if self.security_groups is None or not flags.check_attributes:
+            return find(), False
+        return self.security_groups.beside(find, config)
 
     def _cidrs(self, choice: SubnetChoice) -> dict[str, str]:
         """Subnet CIDRs for placing private IPs (subnets given by ID were not described yet: one call)."""

@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -69,6 +69,7 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.lbconfig import LoadBalancerConfig
 from ccm.aws.node_access import NodeAccess
+from ccm.aws.parallel import in_parallel
 from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
 from ccm.aws.shared_groups import SharedGroups
@@ -77,6 +78,7 @@ from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig, KubeObjec
 __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "stale_node_rules"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DELETE_RETRY_SECONDS: Final = 15  # ENIs of a deleted LB hold its group for a minute or two
 HIDDEN_RETRY_SECONDS: Final = 5  # EC2 read-after-create lag: seconds
@@ -110,11 +112,14 @@ class SecurityGroups:
         """Would `ensure_lb_group` start with a read of the cluster's groups (a new environment, shared groups)?"""
         return not config.security_groups and self.shared.cached(m.ROLE_BACKEND) is None
 
-    def learn_cluster_groups(self) -> bool:
-        """Before a create, beside subnet discovery (ccm.aws.parallel): the read a new environment's
-        `ensure_lb_group` would start with (`NodeAccess.learn_cluster_groups`). Returns True: pass it on as
-        `ensure_lb_group(scanned=True)`."""
-        return self._nodes.learn_cluster_groups()
+    def beside(self, task: Callable[[], T], config: LoadBalancerConfig) -> tuple[T, bool]:
+        """Before a create: `task` (subnet discovery) and, when a new environment's `ensure_lb_group` would start
+        with it, the read of the cluster's groups (`NodeAccess.learn_cluster_groups`), both at once
+        (ccm.aws.parallel). (task's result, scanned: pass it on as `ensure_lb_group(scanned=...)`)"""
+        if not self.needs_cluster_scan(config):
+            return task(), False
+        result, scanned = in_parallel(self.clients.counter, task, self._nodes.learn_cluster_groups)
+        return result, bool(scanned)
 
     def ensure_lb_group(
         self,
