@@ -333,7 +333,7 @@ def run(
         "is its own process. ASSUMPTIONS: the cluster already serves one LoadBalancer Service (its shared security "
         "groups exist); the function's environments went through their cold path (import, runtime, clients) before "
         "the burst, as Lambda runs each on its own CPU (bench/warm_environment.py), their caches empty; the model "
-        "charges cold starts and the cache-filling reads. "
+        "charges cold starts and the cache-filling reads (made at once, as ccm.aws.parallel makes them). "
         f"anchor_model_s = 1 worker x {CLOUD_PROVIDER_AWS['nlb']['create']} calls x {latency_ms} "
         f"ms x {services}; our_model_s = ceil({services}/{concurrency}) x our max calls per create x {latency_ms} ms. "
         f"The per-Region NLB quota raised from 50 to {max(50, services)} (a Service Quotas request in a real account). "
