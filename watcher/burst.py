@@ -2,14 +2,15 @@
 watcher sent ADDED within BURST_WINDOW_SECONDS, the batch being sent included.
 
 Why the watcher: AWS's ELB API serves every create (load balancers, target groups, listeners) from one token bucket
-(20, then 5 a second). With several creations at once, the service function writes each hostname right after
+(20, then 5 a second). In a burst of creations, the service function writes each hostname right after
 CreateLoadBalancer and leaves the listeners for later, so no creation waits behind another's listeners. A batch of
 the queue only knows its own records, and a burst's first messages often arrive one per batch; the watcher sees
 them all.
 
-A lone creation with none in the window is held LINGER_SECONDS before it is sent (once), so that a burst's first
-message can go out with the ones right behind it (`kubectl apply` of many Services creates them tens of milliseconds
-apart) and carry their count. That is all a single Service's creation pays for the hint.
+A creation that would go out below the burst threshold (ccm.contracts.messages.BURST_CREATIONS, counting the window)
+is held LINGER_SECONDS, and held again while more creations joined it during the last hold, at most MAX_HOLDS times:
+a burst's first messages then go out together and carry its count (`kubectl apply` of many Services creates them
+tens of milliseconds apart). A single Service's creation pays one hold (50 ms); a few at once, at most 200 ms.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from ccm.contracts.messages import Delta
+from ccm.contracts.messages import BURST_CREATIONS, Delta
 
 BURST_WINDOW_SECONDS: Final = 2.0  # creations this close compete for the create bucket's first tokens
 LINGER_SECONDS: Final = 0.05
+MAX_HOLDS: Final = 4
 
 
 def is_creation(delta: Delta) -> bool:
@@ -36,7 +38,8 @@ class CreationWindow:
         self._window = window
         self._clock = clock
         self._sent: deque[float] = deque()
-        self._lingered: set[tuple[str, str]] = set()
+        # The batch being held: (its first creation, its creations at the last hold, holds so far).
+        self._held: tuple[tuple[str, str], int, int] | None = None
 
     def _recent(self, now: float) -> int:
         while self._sent and now - self._sent[0] > self._window:
@@ -44,15 +47,23 @@ class CreationWindow:
         return len(self._sent)
 
     def should_linger(self, batch: Sequence[Delta]) -> bool:
-        """A lone creation with no other in the window, not held before: hold it LINGER_SECONDS (once)."""
+        """Hold this batch LINGER_SECONDS? Yes while its creations and the window's stay below BURST_CREATIONS: once,
+        then again only if more creations joined during the last hold, at most MAX_HOLDS times."""
         creations = [d for d in batch if is_creation(d)]
-        if len(creations) != 1 or self._recent(self._clock()) > 0:
+        if not creations:
+            return False  # another kind's batch in between: the held one keeps its count
+        if self._recent(self._clock()) + len(creations) >= BURST_CREATIONS:
+            self._held = None
             return False
-        key = (creations[0].key, creations[0].uid)
-        if key in self._lingered:
-            self._lingered.discard(key)
-            return False
-        self._lingered = {key}  # only the last one held can come back
+        first = (creations[0].key, creations[0].uid)
+        if self._held is not None and self._held[0] == first:
+            _, size, holds = self._held
+            if len(creations) <= size or holds >= MAX_HOLDS:
+                self._held = None
+                return False
+            self._held = (first, len(creations), holds + 1)
+            return True
+        self._held = (first, len(creations), 1)
         return True
 
     def stamp(self, batch: Sequence[Delta]) -> list[Delta]:

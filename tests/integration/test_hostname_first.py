@@ -1,7 +1,7 @@
 """A burst of creations, through the real handler (emulator over HTTP + in-process moto): a batch that creates
-several Services writes every hostname after the calls up to CreateLoadBalancer and hands the rest back to the queue
-(ccm.retry.CONTINUATION_DELAY_SECONDS); the continuation converges to what a single-pass create makes, with the same
-creates. A Service created alone is still made in one pass."""
+BURST_CREATIONS Services or more writes every hostname after the calls up to CreateLoadBalancer and hands the rest
+back to the queue (ccm.retry.CONTINUATION_DELAY_SECONDS); the continuation converges to what a single-pass create
+makes, with the same creates. A Service created alone is still made in one pass."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.integration.test_service_reconciler import (  # noqa: F401  (emulator
     stack,
 )
 
-NAMES = ("web-a", "web-b", "web-c")
+NAMES = ("web-a", "web-b", "web-c", "web-d", "web-e")  # BURST_CREATIONS: a burst
 CREATES = ("elbv2:CreateLoadBalancer", "elbv2:CreateTargetGroup", "elbv2:CreateListener", "elbv2:RegisterTargets")
 
 
@@ -170,7 +170,7 @@ def test_a_crash_right_after_the_hostname_converges_with_no_leak(
     (its visibility timeout), and the retry makes the rest; one LB, no second one, nothing orphaned."""
     core = stack["core"]
     warm(stack)
-    services = [create_service(core, name) for name in NAMES[:2]]
+    services = [create_service(core, name) for name in NAMES]
     event: dict[str, Any] = {"Records": []}
     for svc in services:
         event["Records"] += sqs_event(
@@ -206,7 +206,7 @@ def test_classic_elbs_of_a_burst_are_made_in_one_pass(stack: dict[str, Any], wor
     core = stack["core"]
     warm(stack, "clb")
     event: dict[str, Any] = {"Records": []}
-    for name in NAMES[:2]:
+    for name in NAMES:
         svc = typed(core, create_service(core, name), "clb")
         event["Records"] += sqs_event(stack, [delta_for("Service", "ADDED", svc).to_body()], f"default/{name}")[
             "Records"
@@ -214,4 +214,4 @@ def test_classic_elbs_of_a_burst_are_made_in_one_pass(stack: dict[str, Any], wor
     assert deliver(stack, event) == set()
     elb = world.clients.session.client("elb")
     described = elb.describe_load_balancers()["LoadBalancerDescriptions"]
-    assert len(described) == 3 and all(len(lb["Instances"]) == len(world.nodes()) for lb in described)
+    assert len(described) == len(NAMES) + 1 and all(len(lb["Instances"]) == len(world.nodes()) for lb in described)

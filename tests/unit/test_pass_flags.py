@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.config import Settings
 from ccm.contracts.cloud import PassFlags
-from ccm.contracts.messages import REPAIR, delta_for
+from ccm.contracts.messages import BURST_CREATIONS, REPAIR, delta_for
 from ccm.service.decisions import Action
 from ccm.service.reconciler import Outcome
 from ccm.service.runtime import ServiceBatch, ServiceRuntime, creations_in
@@ -90,8 +90,8 @@ def test_only_first_attempts_without_drift_trust_the_checkpoint(
 
 
 def test_hostname_first_only_in_a_batch_that_creates_several_services() -> None:
-    """A burst is a batch with ADDED deltas of more than one Service (message group); a malformed body, another
-    type or a second ADDED of the same group does not make one."""
+    """A burst is a batch with ADDED deltas of BURST_CREATIONS Services (message groups) or more; a malformed
+    body, another type or a second ADDED of the same group does not count."""
 
     def raw(event_type: str, name: str, group: str | None = None) -> dict[str, Any]:
         body = delta_for("Service", event_type, service(name=name)).to_body()
@@ -109,20 +109,22 @@ def test_hostname_first_only_in_a_batch_that_creates_several_services() -> None:
     assert creations_in({"Records": [raw("ADDED", "a"), raw("ADDED", "b"), raw("MODIFIED", "c")]}) == 2
     assert creations_in({"Records": [raw("ADDED", "a"), raw("ADDED", "a2", group="default/a")]}) == 1
     assert creations_in({"Records": [raw("ADDED", "a"), {"body": "{not json", "attributes": {}}]}) == 1
-    assert flags_of([raw("ADDED", "a"), raw("ADDED", "b")]) == [True, True]
-    assert flags_of([raw("ADDED", "a"), raw("SYNC", "b")]) == [False, False]
+    burst = [raw("ADDED", f"s{i}") for i in range(BURST_CREATIONS)]
+    assert flags_of(burst) == [True] * BURST_CREATIONS
+    assert flags_of([*burst[:-1], raw("SYNC", "b")]) == [False] * BURST_CREATIONS
+    assert flags_of([raw("ADDED", "a"), raw("ADDED", "b")]) == [False, False]  # both complete creates fit the bucket
     assert flags_of([raw("ADDED", "a")]) == [False]
 
 
 @pytest.mark.parametrize(
     ("event_type", "burst", "hostname_first"),
-    [("ADDED", 1, False), ("ADDED", 2, True), ("ADDED", 200, True), ("MODIFIED", 5, False), ("SYNC", 5, False)],
+    [("ADDED", 1, False), ("ADDED", 4, False), ("ADDED", 5, True), ("ADDED", 200, True), ("MODIFIED", 5, False)],
 )
 def test_a_creation_alone_in_its_batch_follows_the_watchers_burst_hint(
     event_type: str, burst: int, hostname_first: bool
 ) -> None:
-    """A burst's first messages often come one per batch: the watcher's count (Delta.burst) makes them hostname
-    first too; the hint means nothing on anything but a creation."""
+    """A burst's first messages often come one per batch: the watcher's count (Delta.burst, BURST_CREATIONS or
+    more) makes them hostname first too; the hint means nothing on anything but a creation."""
     reconciler = Recording()
     runtime = ServiceRuntime(Settings("c", "vpc-1"), Clients(), reconciler, None)  # type: ignore[arg-type]
     body = delta_for("Service", event_type, service()).with_burst(burst).to_body()
@@ -131,7 +133,7 @@ def test_a_creation_alone_in_its_batch_follows_the_watchers_burst_hint(
     assert flags.hostname_first is hostname_first
 
 
-@pytest.mark.parametrize(("creations", "hostname_first"), [(0, False), (1, False), (2, True), (10, True)])
+@pytest.mark.parametrize(("creations", "hostname_first"), [(0, False), (1, False), (4, False), (5, True), (10, True)])
 def test_hostname_first_is_what_the_batch_facts_say(creations: int, hostname_first: bool) -> None:
     """handle_record reads the burst from its argument alone (no state left by an earlier batch), any delta type."""
     reconciler = Recording()

@@ -18,8 +18,8 @@ changed and carry enough (trimmed) fields to decide cheaply whether it matters. 
                                              # watcher sent within BURST_WINDOW_SECONDS, this one included
     }
 
-The burst hint (ccm.service.runtime): with more than one creation at once, each creation's first pass stops once its
-hostname is written and the rest follows after ccm.retry.CONTINUATION_DELAY_SECONDS, so every CreateLoadBalancer
+The burst hint (ccm.service.runtime): from BURST_CREATIONS creations at once, each creation's first pass stops once
+its hostname is written and the rest follows after ccm.retry.CONTINUATION_DELAY_SECONDS, so every CreateLoadBalancer
 goes ahead of the listeners in AWS's shared create bucket. A batch can only count its own records, and a burst's
 first messages often arrive one per batch; the watcher sees the whole burst. Like every field it is a hint: it only
 orders work (a forged or stale value defers a new load balancer's listeners by that delay, nothing more).
@@ -58,6 +58,11 @@ WATCHER_KIND: Final = "Watcher"
 HEARTBEAT: Final = "HEARTBEAT"
 HEARTBEAT_KEY: Final = "watcher/heartbeat"
 MAX_GROUP_ID_LEN: Final = 128
+# From this many Service creations at once, they are a burst (hostname first, the rest later): a complete NLB create
+# takes 5 tokens of the ELB API's create bucket (1 load balancer, 2 target groups, 2 listeners for 2 ports), whose
+# burst is 20 (then 5 a second; bench/README.md): up to 4 complete creates fit in it, so fewer gain nothing from
+# waiting 45 s for their listeners.
+BURST_CREATIONS: Final = 5
 # A HOSTS message waits at most one coalescing bucket (ccm.membership.updater) plus this much clock skew between
 # the nodes Lambda that wrote `notBefore` and the service Lambda reading it; a later one is malformed.
 HOSTS_CLOCK_SKEW_SECONDS: Final = 5.0

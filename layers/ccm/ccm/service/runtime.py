@@ -7,10 +7,10 @@ on, counted in ReconcileWaiting, and retried at its own delay doubling to 300 s.
 after it in the same FIFO group get the same delay, so the group resumes as one. A malformed body is made visible
 again at once, so it reaches the DLQ after maxReceiveCount quickly.
 
-Several Services created at once are a burst: a batch that creates several (ServiceBatch.creations, counted once per
-batch and handed to each record), or a creation whose message says the watcher sent others with it (Delta.burst,
-ccm.contracts.messages; a burst's first messages often come one per batch). Their first passes stop once the
-hostname is written (PassFlags.hostname_first) and come back after ccm.retry.CONTINUATION_DELAY_SECONDS for the
+BURST_CREATIONS (5) or more Services created at once are a burst (ccm.contracts.messages says why 5): counted in the
+batch (ServiceBatch.creations, once per batch and handed to each record), or by the watcher, which sees the whole
+burst (Delta.burst on a creation; a burst's first messages often come one per batch). Their first passes stop once
+the hostname is written (PassFlags.hostname_first) and come back after ccm.retry.CONTINUATION_DELAY_SECONDS for the
 rest, logged at INFO and neither a failure nor a wait.
 """
 
@@ -31,7 +31,15 @@ from ccm.batch import BatchFacts, Deferred, FifoBatchRuntime
 from ccm.call_metrics import add_call_metrics
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, LoadBalancer, PassFlags
-from ccm.contracts.messages import HEARTBEAT, REPAIR, Delta, InvalidDelta, hosts_delay, parse_delta
+from ccm.contracts.messages import (
+    BURST_CREATIONS,
+    HEARTBEAT,
+    REPAIR,
+    Delta,
+    InvalidDelta,
+    hosts_delay,
+    parse_delta,
+)
 from ccm.logs import log_fields
 from ccm.retry import retry_for, scaled
 from ccm.senders import Senders, sender_refusal
@@ -48,7 +56,7 @@ log = logging.getLogger(__name__)
 class ServiceBatch(BatchFacts):
     """What a service record learns from its batch."""
 
-    creations: int  # Services (message groups) with an ADDED delta in the batch: more than one is a burst
+    creations: int  # Services (message groups) with an ADDED delta in the batch: BURST_CREATIONS or more is a burst
 
 
 class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
@@ -107,7 +115,7 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
             trust_applied=attempt == 1 and not delta.object.get(REPAIR),
             # Among other creations: hostname first, the rest after the burst's creations (a retry too: its rest
             # would take the bucket's tokens from the CreateLoadBalancer calls still waiting).
-            hostname_first=batch.creations > 1 or (delta.type == "ADDED" and delta.burst > 1),
+            hostname_first=max(batch.creations, delta.burst if delta.type == "ADDED" else 0) >= BURST_CREATIONS,
         )
         self.clients.counter.reset_thread()
         try:
