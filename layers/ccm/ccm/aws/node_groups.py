@@ -89,7 +89,7 @@ class NodeGroups:
         """From a `scan`: when the tags alone name the node group (exactly one cluster-tagged group that is not a
         load balancer's), it is cached as discovery would cache it, and returned as scanned; otherwise [] and
         nothing learnt (discovery goes on to the instances when the node groups are next needed)."""
-        tagged = [g for g in scanned if not m.is_lb_group(g)]
+        tagged = _tagged_node_groups(scanned)
         if len(tagged) != 1:
             return []
         with _node_groups_lock:
@@ -97,7 +97,7 @@ class NodeGroups:
         return tagged
 
     def _discover(self) -> tuple[str, ...]:
-        tagged = [str(g["GroupId"]) for g in self.scan() if not m.is_lb_group(g)]
+        tagged = [str(g["GroupId"]) for g in _tagged_node_groups(self.scan())]
         if len(tagged) == 1:
             return (tagged[0],)
         instance_groups: list[list[str]] = []
@@ -113,3 +113,8 @@ class NodeGroups:
                     [str(g["GroupId"]) for g in inst.get("SecurityGroups", [])] for inst in reservation["Instances"]
                 ]
         return m.choose_node_groups(tagged, instance_groups)
+
+
+def _tagged_node_groups(scanned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scan's cluster-tagged groups that are not a load balancer's: the node-group candidates."""
+    return [g for g in scanned if not m.is_lb_group(g)]
