@@ -16,7 +16,7 @@ from ccm.contracts.cloud import PassFlags
 from ccm.contracts.messages import BURST_CREATIONS, REPAIR, delta_for
 from ccm.service.decisions import Action
 from ccm.service.reconciler import Outcome
-from ccm.service.runtime import ServiceBatch, ServiceRuntime, creations_in
+from ccm.service.runtime import ServiceBatch, ServiceRuntime, attempt_of, creations_in, pass_flags
 from tests.factories import service
 
 
@@ -141,3 +141,23 @@ def test_hostname_first_is_what_the_batch_facts_say(creations: int, hostname_fir
     runtime.handle_record(record(delta_for("Service", "SYNC", service()).to_body(), 1), ServiceBatch(creations))
     (flags,) = reconciler.flags
     assert flags.hostname_first is hostname_first
+
+
+@pytest.mark.parametrize(
+    ("event_type", "receive_count", "attempt", "thorough", "check_attributes"),
+    [
+        ("MODIFIED", 1, 1, False, True),
+        ("MODIFIED", 3, 3, True, True),
+        ("SYNC", 1, 1, True, True),
+        ("DELETED", 1, 1, True, True),
+        ("HOSTS", 2, 1, False, False),  # the bucket deferral took one receive: still a first attempt
+        ("HOSTS", 3, 2, True, False),
+    ],
+)
+def test_pass_flags_are_a_pure_function_of_the_delta_and_its_attempt(
+    event_type: str, receive_count: int, attempt: int, thorough: bool, check_attributes: bool
+) -> None:
+    delta = delta_for("Service", event_type, service())
+    assert attempt_of(record(delta.to_body(), receive_count), delta) == attempt
+    flags = pass_flags(delta, attempt, batch_creations=0)
+    assert (flags.thorough, flags.check_attributes, flags.trust_applied) == (thorough, check_attributes, attempt == 1)

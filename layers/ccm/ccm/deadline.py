@@ -17,7 +17,7 @@ ccm.retry.RETURN_DELAY_SECONDS; reconciles are idempotent, so a record cut betwe
 from __future__ import annotations
 
 import os
-import threading
+from contextvars import ContextVar
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final
@@ -56,42 +56,26 @@ def can_start(remaining: float | None, needed: float) -> bool:
     return remaining is None or remaining >= needed
 
 
-# The devstack runs several Lambdas as threads of one process: one deadline per thread.
-_local = threading.local()
+# A context variable, not thread-local state: the devstack runs several Lambdas as threads of one process (each
+# thread has its own context), and a helper thread started with `contextvars.copy_context().run` (ccm.aws.parallel)
+# keeps its caller's deadline with nothing carried by hand.
+_remaining: ContextVar[Callable[[], float] | None] = ContextVar("ccm_deadline_remaining", default=None)
 
 
 @contextmanager
 def invocation(remaining: Callable[[], float] | None, finish_reserve: float = FINISH_RESERVE_SECONDS) -> Iterator[None]:
     """Within the block, calls check the deadline (`remaining` minus the finish reserve); after it (handing the
     batch back), they do not."""
-    before = getattr(_local, "remaining", None)
-    _local.remaining = None if remaining is None else (lambda: remaining() - finish_reserve)
+    token = _remaining.set(None if remaining is None else (lambda: remaining() - finish_reserve))
     try:
         yield
     finally:
-        _local.remaining = before
-
-
-def carried() -> Callable[[], float] | None:
-    """This thread's deadline as entered (finish reserve applied), for a helper thread to `carry`."""
-    remaining: Callable[[], float] | None = getattr(_local, "remaining", None)
-    return remaining
-
-
-@contextmanager
-def carry(remaining: Callable[[], float] | None) -> Iterator[None]:
-    """Within the block, this (helper) thread keeps the deadline another thread `carried()`."""
-    before = getattr(_local, "remaining", None)
-    _local.remaining = remaining
-    try:
-        yield
-    finally:
-        _local.remaining = before
+        _remaining.reset(token)
 
 
 def calls_remaining() -> float | None:
-    """Seconds calls may still use in this thread's invocation (None: no deadline)."""
-    remaining: Callable[[], float] | None = getattr(_local, "remaining", None)
+    """Seconds calls may still use in this invocation (None: no deadline)."""
+    remaining = _remaining.get()
     return None if remaining is None else remaining()
 
 

@@ -43,7 +43,7 @@ from ccm.contracts.messages import (
 from ccm.logs import log_fields
 from ccm.retry import retry_for, scaled
 from ccm.senders import Senders, sender_refusal
-from ccm.service.reconciler import ServiceReconciler, SyncFailed
+from ccm.service.reconciler import Outcome, ServiceReconciler, SyncFailed
 
 # Process-level: the handler's decorators need these at import, before any composition root runs, and Powertools
 # reads its own POWERTOOLS_* variables anyway (the defaults keep the metrics valid when they are unset).
@@ -79,44 +79,48 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
         return ServiceBatch(creations=creations_in(event))
 
     def handle_record(self, record: SQSRecord, batch: ServiceBatch) -> None:
+        """Parse, delegate, report: each step is one method below, and the decisions are pure functions."""
         started = time.time()
-        attempt = int(record.attributes.approximate_receive_count or 1)
+        delta = self.accept(record, started)
+        if delta.type == HEARTBEAT:
+            self.on_heartbeat(delta, started)
+            return
+        self.defer_for_bucket(record, delta, started)
+        attempt = attempt_of(record, delta)
+        bind_log_keys(record, delta, started)
+        flags = pass_flags(delta, attempt, batch.creations)
+        outcome, figures = self.reconcile(record, delta, flags, attempt, started)
+        self.report(record, delta, outcome, figures)
+
+    def accept(self, record: SQSRecord, started: float) -> Delta:
+        """The record's delta, from a sender allowed to send it; a malformed one is made visible at once (it reaches
+        the DLQ after maxReceiveCount quickly)."""
         try:
             delta = parse_delta(record.body)
             refused = sender_refusal(delta.kind, delta.type, record.attributes.sender_id, self.senders)
             if refused:
                 raise InvalidDelta(refused)
-            wait = hosts_delay(delta, started, self.host_bucket_seconds)
+            return delta
         except InvalidDelta as err:
             logger.error("rejecting malformed message", extra={"reason": str(err), "message_id": record.message_id})
             metrics.add_metric(name="MalformedMessages", unit=MetricUnit.Count, value=1)
             self.defer(record.message_id, 0)
             raise
-        if delta.type == HEARTBEAT:
-            self.on_heartbeat(delta, started)
-            return
+
+    def defer_for_bucket(self, record: SQSRecord, delta: Delta, started: float) -> None:
+        """A host update waits for the end of its coalescing bucket (ccm.membership.updater); meanwhile every change
+        of the bucket is deduplicated into this very message. Not a failure: nothing is counted."""
+        wait = hosts_delay(delta, started, self.host_bucket_seconds)
         if wait > 0:
-            # A host update waits for the end of its coalescing bucket (ccm.membership.updater); meanwhile every
-            # change of the bucket is deduplicated into this very message. Not a failure: nothing is counted.
             delay = max(1, math.ceil(wait))
             self.defer(record.message_id, delay)
             raise Deferred(f"host update deferred {delay} s")
-        if delta.type == "HOSTS":
-            attempt -= 1  # the deferral took one receive
-        logger.set_correlation_id(f"{delta.key}/{delta.uid}")
-        logger.append_keys(kind=delta.kind, event_type=delta.type, resource_version=delta.resource_version)
-        sent_ms = int(record.attributes.sent_timestamp or started * 1000)
-        logger.append_keys(queue_wait_ms=max(0, started * 1000 - sent_ms))  # log only: a metric bills every hour
-        # A retry means an earlier attempt may have crashed between two AWS calls: look for orphans too.
-        flags = PassFlags(
-            thorough=attempt > 1 or delta.type in ("SYNC", "DELETED"),
-            check_attributes=delta.type != "HOSTS",  # a host update only touches targets
-            # A first attempt may trust the checkpoint of what was applied; a retry reads everything again.
-            trust_applied=attempt == 1 and not delta.object.get(REPAIR),
-            # Among other creations: hostname first, the rest after the burst's creations (a retry too: its rest
-            # would take the bucket's tokens from the CreateLoadBalancer calls still waiting).
-            hostname_first=max(batch.creations, delta.burst if delta.type == "ADDED" else 0) >= BURST_CREATIONS,
-        )
+
+    def reconcile(
+        self, record: SQSRecord, delta: Delta, flags: PassFlags, attempt: int, started: float
+    ) -> tuple[Outcome, dict[str, Any]]:
+        """One pass and its call figures; a failure sets the record's retry delay (a wait on AWS is not a failure)
+        and is re-raised."""
         self.clients.counter.reset_thread()
         try:
             outcome = self.reconciler.reconcile(delta, flags)
@@ -142,6 +146,10 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
             raise
         finally:
             figures = add_call_metrics(metrics, self.clients.counter, started)
+        return outcome, figures
+
+    def report(self, record: SQSRecord, delta: Delta, outcome: Outcome, figures: dict[str, Any]) -> None:
+        """The pass's metrics and its "reconciled" line; a pass that published the hostname first comes back."""
         done = time.time()  # a success is the "reconciled" line below (log only: a metric would bill every hour)
         if outcome.invalid:
             metrics.add_metric(name="InvalidServiceConfig", unit=MetricUnit.Count, value=1)
@@ -155,12 +163,8 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
         logger.info(
             "reconciled",
             extra=log_fields(
-                {
-                    "action": outcome.action.value,
-                    "status_written": outcome.status_written,
-                    "continued": continued,
-                    **figures,
-                }
+                {"action": outcome.action.value, "status_written": outcome.status_written, "continued": continued}
+                | figures
             ),
         )
         if outcome.continue_in is not None:
@@ -180,6 +184,33 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
             "watcher heartbeat",
             extra={"watcher_lag_ms": lag_ms, "replica": delta.object.get("replica"), "period": delta.resource_version},
         )
+
+
+def attempt_of(record: SQSRecord, delta: Delta) -> int:
+    """Pure: which attempt at this delta the record is (a host update's bucket deferral took one receive)."""
+    attempt = int(record.attributes.approximate_receive_count or 1)
+    return attempt - 1 if delta.type == "HOSTS" else attempt
+
+
+def pass_flags(delta: Delta, attempt: int, batch_creations: int) -> PassFlags:
+    """Pure: how thorough this pass is. A retry means an earlier attempt may have crashed between two AWS calls, so it
+    looks for orphans too and reads everything again instead of trusting the checkpoint of what was applied."""
+    return PassFlags(
+        thorough=attempt > 1 or delta.type in ("SYNC", "DELETED"),
+        check_attributes=delta.type != "HOSTS",  # a host update only touches targets
+        trust_applied=attempt == 1 and not delta.object.get(REPAIR),
+        # Among other creations: hostname first, the rest after the burst's creations (a retry too: its rest would
+        # take the bucket's tokens from the CreateLoadBalancer calls still waiting).
+        hostname_first=max(batch_creations, delta.burst if delta.type == "ADDED" else 0) >= BURST_CREATIONS,
+    )
+
+
+def bind_log_keys(record: SQSRecord, delta: Delta, started: float) -> None:
+    """Every line of this record names its Service, delta and how long the message waited in the queue."""
+    logger.set_correlation_id(f"{delta.key}/{delta.uid}")
+    logger.append_keys(kind=delta.kind, event_type=delta.type, resource_version=delta.resource_version)
+    sent_ms = int(record.attributes.sent_timestamp or started * 1000)
+    logger.append_keys(queue_wait_ms=max(0, started * 1000 - sent_ms))  # log only: a metric bills every hour
 
 
 def creations_in(event: dict[str, Any]) -> int:
