@@ -27,7 +27,7 @@ def test_parallel_tasks_keep_the_record_deadline_and_an_out_of_time_task_raises_
 
     with deadline.invocation(lambda: 30.0, finish_reserve=6.0):
         assert in_parallel(CallCounter(), read, read) == [24.0, 24.0]
-        with pytest.raises(deadline.OutOfTime, match="DescribeSubnets: 24.0 s left"):
+        with pytest.raises(deadline.OutOfTime, match=r"DescribeSubnets: 24\.0 s left"):
             in_parallel(CallCounter(), read, too_long)
     assert seen == [24.0, 24.0, 24.0]
     assert deadline.calls_remaining() is None  # after the block: no deadline

@@ -17,9 +17,9 @@ ccm.retry.RETURN_DELAY_SECONDS; reconciles are idempotent, so a record cut betwe
 from __future__ import annotations
 
 import os
-from contextvars import ContextVar
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Final
 
 DEFAULT_RECORD_RESERVE_SECONDS: Final = 25.0
