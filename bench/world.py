@@ -16,6 +16,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from kubernetes import client, config
 
 from ccm.aws.clients import AwsClients
+from ccm.aws.table import ClusterTable
+from ccm.aws.table_views import MembershipTable
 from ccm.batch import Deferred
 from ccm.config import Settings
 from ccm.contracts.messages import Delta, delta_for
@@ -23,7 +25,6 @@ from ccm.contracts.provider_id import provider_id_for
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership.nodes import MemberNodes
-from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from ccm.service.reconciler import SyncFailed
 from ccm.service.runtime import ServiceBatch
@@ -55,7 +56,8 @@ class BenchWorld:
         self.core = client.CoreV1Api(self.api_client)
         self.clients = AwsClients(region=REGION)
         self.table = self._create_table()
-        self.store = MembershipStore(self.table, self.clients)
+        self.cluster_table = ClusterTable(self.table, self.clients)
+        self.store = MembershipTable(self.cluster_table)
         self.sqs = aws_client("sqs", self.endpoint, REGION)
         self.queue_url = self.sqs.create_queue(
             QueueName=f"bench-{uuid.uuid4().hex[:8]}.fifo", Attributes={"FifoQueue": "true"}
@@ -64,7 +66,7 @@ class BenchWorld:
             Settings(CLUSTER, self.world.vpc_id, default_lb_type=lb_type),
             Kube(from_kubeconfig(self.kubeconfig)),
             self.clients,
-            self.store,
+            self.cluster_table,
         )
         # Steady state: the table is seeded (once per cluster, by the first reconcile or the nodes Lambda).
         MemberNodes(Kube(from_kubeconfig(self.kubeconfig)), self.store).records()
@@ -181,7 +183,9 @@ class BenchWorld:
         raise AssertionError("unreachable")
 
     def updater(self, clock: Any = time.time, bucket_seconds: int = 15) -> MembershipUpdater:
-        return MembershipUpdater(self.store, self.sqs, self.queue_url, bucket_seconds=bucket_seconds, clock=clock)
+        return MembershipUpdater(
+            self.store, self.clients.queue(self.queue_url), bucket_seconds=bucket_seconds, clock=clock
+        )
 
     def delta(self, kind: str, event_type: str, obj: dict[str, Any]) -> Delta:
         return delta_for(kind, event_type, obj)

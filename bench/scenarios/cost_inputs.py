@@ -6,7 +6,7 @@
   (bench.emf.EmfCapture). A distinct (namespace, metric name, dimension names + values) is one CloudWatch metric.
 - `logged_lines()`: the JSON log lines the same run printed at INFO and above (Lambda's default level), by service
   (POWERTOOLS_SERVICE_NAME): what the dashboard's Logs Insights widgets query (tests/template/test_dashboard.py).
-- `item_sizes()`: the membership table's items as ccm.membership.store writes them, sized by DynamoDB's rules.
+- `item_sizes()`: the membership table's items as ccm.aws.table_views writes them, sized by DynamoDB's rules.
 """
 
 from __future__ import annotations
@@ -95,11 +95,12 @@ class _Recorder:
 
 def item_sizes() -> dict[str, int]:
     """Bytes of a member node item, a registered Service item and the seeded marker, written by the real store."""
-    from ccm.membership.model import MemberRecord
-    from ccm.membership.store import MembershipStore
+    from ccm.aws.table import ClusterTable
+    from ccm.aws.table_views import MembershipTable
+    from ccm.contracts.store import MemberRecord
 
     recorder = _Recorder()
-    store = MembershipStore("members", recorder)  # type: ignore[arg-type]  # only its dynamodb calls are used
+    store = MembershipTable(ClusterTable("members", recorder))  # type: ignore[arg-type]  # only its dynamodb calls
     record = MemberRecord("ip-10-0-137-204.ec2.internal", "i-0123456789abcdef0", EKS_NODE_LABELS, 123456789)
     store.write(record.name, record, 123456789)
     store.register_service("checkout-prod/checkout-api-public", str(uuid.uuid4()), {}, known_new=True)
@@ -280,6 +281,8 @@ def log_sizes() -> dict[str, dict[str, float]]:
 def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[str, dict[str, float]]]:
     from bench.world import CLUSTER, BenchWorld
     from ccm.aws.security_groups import SecurityGroups
+    from ccm.aws.table import ClusterTable
+    from ccm.aws.table_views import OrphanMarksTable
     from ccm.batch import NO_FACTS, Deferred
     from ccm.config import Settings
     from ccm.contracts.messages import heartbeat_for
@@ -362,6 +365,7 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[
             sweeper_rt.ServiceLister(from_kubeconfig(bench.kubeconfig)),
             bench.clients,
             SecurityGroups(bench.clients, vpc, CLUSTER),
+            OrphanMarksTable(ClusterTable(bench.table, bench.clients)),
         )
         with out.situation("sweep", sweeper_rt.metrics, "sweeper"):
             sweeper.run()

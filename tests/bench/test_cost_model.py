@@ -71,7 +71,7 @@ def test_read_units_follow_item_size_and_consistency():
     assert read_units(100 * 834) == 21
     assert item_size({"pk": {"S": "node"}, "member": {"BOOL": True}}) == 2 + 4 + 6 + 1
     assert item_size({"m": {"M": {"a": {"S": "xy"}}}}) == 1 + 3 + 1 + 2 + 1
-    sizes = item_sizes()  # as ccm.membership.store writes them
+    sizes = item_sizes()  # as ccm.aws.table_views writes them
     assert 500 < sizes["node"] < 1200 and sizes["service"] < 200
 
 

@@ -16,6 +16,7 @@ from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import CallCounter
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.table import ClusterTable
 from ccm.contracts.cloud import PassFlags, RetryError
 from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
@@ -41,7 +42,7 @@ class Env:
             ],
             BillingMode="PAY_PER_REQUEST",
         )
-        self.table = AppliedTable("members", world.clients)
+        self.table = AppliedTable(ClusterTable("members", world.clients))
         ec2 = boto3.client("ec2", region_name=REGION)
         ec2.create_security_group(  # the node group: without it every pass would stay full (a Warning to retry)
             GroupName="nodes",

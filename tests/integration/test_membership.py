@@ -14,6 +14,8 @@ from kubernetes import client, config
 
 from ccm.aws.clients import CallCounter
 from ccm.aws.instances import Ec2Instances
+from ccm.aws.table import ClusterTable
+from ccm.aws.table_views import MembershipTable
 from ccm.config import Settings
 from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
@@ -21,7 +23,6 @@ from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.membership import model
 from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
-from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from ccm.node.events import SafetyPass
 from ccm.node.runtime import NodeRuntime
@@ -46,7 +47,7 @@ def table(world: World) -> MembershipStore:
         ],
         BillingMode="PAY_PER_REQUEST",
     )
-    return MembershipStore("members", world.clients)
+    return MembershipTable(ClusterTable("members", world.clients))
 
 
 @pytest.fixture
@@ -69,11 +70,13 @@ def user_api(tmp_path: Path) -> client.CoreV1Api:
     return client.CoreV1Api(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig")))
 
 
-def service_runtime(kube: Kube, world: World, table: MembershipStore) -> ServiceRuntime:
-    return build_service_runtime(Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), kube, world.clients, table)
+def service_runtime(kube: Kube, world: World, table: MembershipTable) -> ServiceRuntime:
+    return build_service_runtime(
+        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"), kube, world.clients, table.table
+    )
 
 
-def test_store_orders_writes_by_resource_version_and_needs_seeding(table: MembershipStore):
+def test_store_orders_writes_by_resource_version_and_needs_seeding(table: MembershipTable):
     assert table.members() is None
     assert table.write("n1", MemberRecord("n1", "i-1"), 10)
     assert not table.write("n1", MemberRecord("n1", "i-old"), 9)  # older observation loses
@@ -86,7 +89,7 @@ def test_store_orders_writes_by_resource_version_and_needs_seeding(table: Member
 
 
 def test_member_nodes_list_once_then_read_the_table(
-    table: MembershipStore, kube: Kube, emulator: Emulator, world: World
+    table: MembershipTable, kube: Kube, emulator: Emulator, world: World
 ):
     members = MemberNodes(kube, table)
     emulator.clear_log()
@@ -106,14 +109,14 @@ def _services_queue() -> tuple[Any, str]:
     return sqs, url
 
 
-def test_updater_tells_only_affected_services_once_per_bucket(table: MembershipStore, world: World):
+def test_updater_tells_only_affected_services_once_per_bucket(table: MembershipTable, world: World):
     sqs, url = _services_queue()
     table.seed([])
     table.register_service("default/a", "uid-a", {})
     table.register_service("default/b", "uid-b", {"role": "web"})
     table.register_service("default/c", "uid-c", {"role": "db"})
     now = [1000.0]
-    updater = MembershipUpdater(table, sqs, url, clock=lambda: now[0])
+    updater = MembershipUpdater(table, world.clients.queue(url), clock=lambda: now[0])
     joined = node("n9", "i-9", role="web")
     joined["metadata"]["resourceVersion"] = "50"
     assert updater.on_node_delta(delta_for("Node", "ADDED", joined)) == 2  # a and b, not c
@@ -123,7 +126,7 @@ def test_updater_tells_only_affected_services_once_per_bucket(table: MembershipS
     other["metadata"]["resourceVersion"] = "51"
     assert updater.on_node_delta(delta_for("Node", "ADDED", other)) == 0
     # A cold execution environment re-sends; SQS deduplication collapses it into the queued message.
-    cold = MembershipUpdater(table, sqs, url, clock=lambda: now[0])
+    cold = MembershipUpdater(table, world.clients.queue(url), clock=lambda: now[0])
     third = node("n11", "i-11", role="web")
     third["metadata"]["resourceVersion"] = "52"
     assert cold.on_node_delta(delta_for("Node", "ADDED", third)) == 2
@@ -140,7 +143,7 @@ def test_updater_tells_only_affected_services_once_per_bucket(table: MembershipS
 
 
 def test_hosts_message_waits_for_its_bucket_then_updates_targets(
-    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, tmp_path: Path
+    table: MembershipTable, kube: Kube, emulator: Emulator, world: World, tmp_path: Path
 ):
     sqs, url = _services_queue()
     core = user_api(tmp_path)
@@ -161,7 +164,7 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
     ]
     joined = emulator.create(node("n-new", new_id))
     now = time.time()
-    updater = MembershipUpdater(table, sqs, url, bucket_seconds=2, clock=lambda: now)
+    updater = MembershipUpdater(table, world.clients.queue(url), bucket_seconds=2, clock=lambda: now)
     assert updater.on_node_delta(delta_for("Node", "ADDED", joined)) == 1
 
     deferred = receive_event(stack)
@@ -192,7 +195,7 @@ def test_hosts_message_waits_for_its_bucket_then_updates_targets(
 
 
 def test_safety_pass_removes_a_member_whose_deleted_delta_was_lost(
-    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
+    table: MembershipTable, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
 ):
     """A node deleted from the API while its DELETED delta was lost (watcher restarted during an
     SQS outage, purged DLQ) stayed a member forever. The 5-minute safety pass now reconciles the table against
@@ -204,7 +207,7 @@ def test_safety_pass_removes_a_member_whose_deleted_delta_was_lost(
     victim = world.nodes()[1]["metadata"]["name"]
     emulator.delete("nodes", None, victim)  # no delta reaches the nodes Lambda
     settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
-    _, on_pass = consumers(settings)  # what the nodes function's composition root wires
+    _, on_pass = consumers(settings, world.clients)  # what the nodes function's composition root wires
     instances = Ec2Instances(world.clients, settings.region, settings.vpc_id)
     runtime = NodeRuntime(settings, kube, world.clients, instances, delta_consumers=[], periodic_consumers=on_pass)
 
@@ -223,11 +226,11 @@ def test_safety_pass_removes_a_member_whose_deleted_delta_was_lost(
 
 
 def test_safety_pass_keeps_a_node_that_joined_after_its_list(
-    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
+    table: MembershipTable, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
 ):
     """A member written after the pass's LIST (newer resourceVersion) is not taken for a missed deletion."""
     sqs, url = _services_queue()
-    updater = MembershipUpdater(table, sqs, url)
+    updater = MembershipUpdater(table, world.clients.queue(url))
     nodes, list_rv = kube.list_nodes_at()
     table.seed((n["metadata"]["name"], model.member_record(n), int(n["metadata"]["resourceVersion"])) for n in nodes)
     late = emulator.create(node("late", world.instances[0]))  # joins after the LIST; its delta is processed
@@ -237,7 +240,7 @@ def test_safety_pass_keeps_a_node_that_joined_after_its_list(
 
 
 def test_a_forged_node_deleted_removes_no_member_until_the_api_confirms(
-    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
+    table: MembershipTable, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
 ):
     """A Node DELETED is a hint: forged (any queue sender) or stale, it must not pull a live node out of every load
     balancer. The consumer asks the API (one GET): the live node with that UID stays a member, nobody is told; the
@@ -246,7 +249,7 @@ def test_a_forged_node_deleted_removes_no_member_until_the_api_confirms(
     MemberNodes(kube, table).records()  # seeded from the API
     table.register_service("default/all", "uid-all", {})
     settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
-    on_delta, _ = consumers(settings)  # what the nodes function's composition root wires
+    on_delta, _ = consumers(settings, world.clients)  # what the nodes function's composition root wires
     instances = Ec2Instances(world.clients, settings.region, settings.vpc_id)
     runtime = NodeRuntime(settings, kube, world.clients, instances, delta_consumers=on_delta)
     members = sorted(n["metadata"]["name"] for n in world.nodes())
@@ -267,12 +270,12 @@ def test_a_forged_node_deleted_removes_no_member_until_the_api_confirms(
 
 
 def test_a_node_deleted_for_a_name_now_held_by_another_node_removes_the_old_member(
-    table: MembershipStore, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
+    table: MembershipTable, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
 ):
     _sqs, url = _services_queue()
     MemberNodes(kube, table).records()
     settings = Settings(CLUSTER, world.vpc_id, membership_table="members", services_queue_url=url)
-    on_delta, _ = consumers(settings)
+    on_delta, _ = consumers(settings, world.clients)
     instances = Ec2Instances(world.clients, settings.region, settings.vpc_id)
     runtime = NodeRuntime(settings, kube, world.clients, instances, delta_consumers=on_delta)
     members = sorted(n["metadata"]["name"] for n in world.nodes())

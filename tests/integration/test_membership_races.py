@@ -8,11 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ccm.aws.table import ClusterTable
+from ccm.aws.table_views import MembershipTable
 from ccm.contracts.messages import delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.membership.model import MemberRecord
 from ccm.membership.nodes import MemberNodes
-from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import World
@@ -27,7 +28,7 @@ from tests.integration.test_membership import (  # noqa: F401 - fixtures
 from tests.integration.test_service_reconciler import Ctx, create_service, sqs_event
 
 
-class StoreWithARacingWriter(MembershipStore):
+class StoreWithARacingWriter(MembershipTable):
     """Runs `meanwhile` once, right before the next node write: another Lambda acting between two steps."""
 
     meanwhile: Callable[[], None] | None = None
@@ -57,20 +58,20 @@ def _hosts_messages(sqs: Any, url: str) -> list[str]:
     return [parse_delta(m["Body"]).key for m in messages if parse_delta(m["Body"]).type == "HOSTS"]
 
 
-def test_a_service_registering_between_tell_and_store_is_told(table: MembershipStore, world: World):  # noqa: F811
-    racing = StoreWithARacingWriter("members", world.clients)
+def test_a_service_registering_between_tell_and_store_is_told(table: MembershipTable, world: World):  # noqa: F811
+    racing = StoreWithARacingWriter(ClusterTable("members", world.clients))
     sqs, url = _services_queue()
     leaving = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "resourceVersion": "7"}, "spec": {}}
     racing.seed([("n1", MemberRecord("n1", "i-1", {}, 5), 5)])
     # A reconcile registers its Service after the updater listed the registered ones, before it stored the change.
     racing.meanwhile = lambda: racing.register_service("default/web", "uid-web", {})
-    updater = MembershipUpdater(racing, sqs, url, clock=lambda: 1000.0)
+    updater = MembershipUpdater(racing, world.clients.queue(url), clock=lambda: 1000.0)
     assert updater.on_node_delta(delta_for("Node", "DELETED", leaving)) == 1
     assert _hosts_messages(sqs, url) == ["default/web"]
 
 
 def test_a_node_leaving_during_the_first_reconcile_reaches_the_new_service(
-    table: MembershipStore,  # noqa: F811
+    table: MembershipTable,  # noqa: F811
     emulator: Emulator,  # noqa: F811
     kube: Kube,  # noqa: F811
     world: World,
@@ -82,7 +83,7 @@ def test_a_node_leaving_during_the_first_reconcile_reaches_the_new_service(
     members = MembersWithANodeLeavingAfterTheRead(kube, table)
     runtime.reconciler.members = members
     victim = emulator.list("nodes")[0]
-    updater = MembershipUpdater(table, sqs, url, clock=lambda: 1000.0)
+    updater = MembershipUpdater(table, world.clients.queue(url), clock=lambda: 1000.0)
 
     def node_leaves() -> None:
         emulator.delete("nodes", None, victim["metadata"]["name"])
@@ -99,7 +100,7 @@ def test_a_node_leaving_during_the_first_reconcile_reaches_the_new_service(
 
 
 def test_a_host_update_of_a_now_invalid_service_warns_without_retrying(
-    table: MembershipStore,  # noqa: F811
+    table: MembershipTable,  # noqa: F811
     emulator: Emulator,  # noqa: F811
     kube: Kube,  # noqa: F811
     world: World,

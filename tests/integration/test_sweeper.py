@@ -19,6 +19,8 @@ from ccm.aws import faults, names
 from ccm.aws import security_groups_model as sgm
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.table import ClusterTable
+from ccm.aws.table_views import OrphanMarksTable
 from ccm.config import Settings
 from ccm.contracts.cloud import PassFlags
 from ccm.contracts.messages import REPAIR, delta_for, parse_delta
@@ -26,7 +28,6 @@ from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
 from ccm.sweeper import runtime as sweeper_runtime
 from ccm.sweeper.runtime import RunReport, ServiceLister, Sweeper, SweeperSettings
-from ccm.sweeper.store import OrphanMarks
 from ccm.wiring import sweeper as sweeper_wiring
 from ccm.wiring.services import build_service_runtime
 from devstack.k8s_emulator import Emulator
@@ -116,7 +117,8 @@ class Stack:
         clients = clients or self.world.clients
         groups = SecurityGroups(clients, self.world.vpc_id, CLUSTER)
         lister = ServiceLister(self.lambda_api)
-        return Sweeper(settings, Kube(self.lambda_api), lister, clients, groups, clock=self.clock)
+        marks = OrphanMarksTable(ClusterTable(TABLE, clients))
+        return Sweeper(settings, Kube(self.lambda_api), lister, clients, groups, marks, clock=self.clock)
 
     def sweep(self, dry_run: bool = False, after: float = 0.0) -> RunReport:
         self.clock.now += after
@@ -181,7 +183,9 @@ def test_an_orphaned_nlb_is_swept_after_the_grace_period_and_not_before(stack: S
     node_group = stack.ec2.describe_security_groups(GroupIds=[stack.node_sg])["SecurityGroups"][0]
     rules = sgm.rules_from_permissions(node_group["IpPermissions"])
     assert [r.description for r in rules] == [sgm.backend_rule_description(CLUSTER)]  # the shared rule stays
-    assert OrphanMarks(TABLE, stack.world.clients).load() == {}  # nothing remembered about deleted resources
+    assert (
+        OrphanMarksTable(ClusterTable(TABLE, stack.world.clients)).load() == {}
+    )  # nothing remembered about deleted resources
     again = stack.sweep(after=60)
     assert again.decisions == [] and again.deleted == 0  # idempotent
 
@@ -362,7 +366,9 @@ def test_a_failing_delete_does_not_stop_the_run_and_the_next_run_finishes(
     with pytest.raises(RuntimeError, match="1 sweeper actions failed"):
         stack.sweeper(clients=AwsClients(region="us-east-1")).run()
     assert lb_name(svc) not in stack.lbs() and stack.tgs() == set() and stack.sgs() == {"nodes"}
-    assert len(OrphanMarks(TABLE, stack.world.clients).load()) == 1  # the LB's first sight: not yet forgotten
+    assert (
+        len(OrphanMarksTable(ClusterTable(TABLE, stack.world.clients)).load()) == 1
+    )  # the LB's first sight: not yet forgotten
     report = stack.sweep(after=60)
     assert report.failed == 0 and report.decisions == []
-    assert OrphanMarks(TABLE, stack.world.clients).load() == {}
+    assert OrphanMarksTable(ClusterTable(TABLE, stack.world.clients)).load() == {}

@@ -18,6 +18,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm import batch
+from ccm.aws.queues import SqsQueue
 from ccm.batch import BatchFacts, Deferred, FifoBatchRuntime, share_across_threads
 from ccm.retry import RETURN_DELAY_SECONDS
 
@@ -37,12 +38,17 @@ class FakeSqs:
 
 
 class FakeClients:
+    """The clients contract: a real SqsQueue over a fake SQS client (its calls are what is asserted)."""
+
     def __init__(self) -> None:
         self.sqs = FakeSqs()
 
     def client(self, service: str) -> FakeSqs:
         assert service == "sqs"
         return self.sqs
+
+    def queue_of_arn(self, arn: str) -> SqsQueue:
+        return SqsQueue(self, self.sqs.get_queue_url(QueueName=arn)["QueueUrl"])
 
 
 def record(message_id: str, group: str) -> dict[str, Any]:

@@ -35,8 +35,11 @@ class Counting:
 class Clients:
     counter = Counting()
 
-    def client(self, service: str) -> Any:
-        raise AssertionError("no SDK call expected")
+    def queue(self, url: str) -> Any:
+        raise AssertionError("no queue call expected")
+
+    def queue_of_arn(self, arn: str) -> Any:
+        raise AssertionError("no queue call expected")
 
 
 class Recording:

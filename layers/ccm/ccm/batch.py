@@ -41,6 +41,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm import deadline
 from ccm.contracts.cloud import CloudClients
+from ccm.contracts.queues import HandedBack
 from ccm.retry import RETURN_DELAY_SECONDS
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,6 @@ class FifoBatchRuntime(Generic[FactsT]):
     def __init__(self, clients: CloudClients) -> None:
         self.clients = clients
         self._delays: dict[str, int] = {}
-        self._queue_urls: dict[str, str] = {}
 
     def batch_facts(self, event: dict[str, Any]) -> FactsT:
         """Called once per batch, before any record runs, with the whole SQS event; must not raise for a malformed
@@ -157,7 +157,7 @@ class FifoBatchRuntime(Generic[FactsT]):
     ) -> tuple[list[str], list[str]]:
         """Run one group's records in order: (failed ids: the failing record and the rest of the group, returned)."""
         returned: list[str] = []
-        with deadline.invocation(remaining):  # thread-local: entered by the thread that runs the records
+        with deadline.invocation(remaining):  # a context variable: set in the context that runs the records
             for i, raw in enumerate(records):
                 message_id = raw["messageId"]
                 try:
@@ -181,7 +181,7 @@ class FifoBatchRuntime(Generic[FactsT]):
         failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
         if not failed:
             return
-        entries_by_queue: dict[str, list[dict[str, Any]]] = {}
+        entries_by_queue: dict[str, list[HandedBack]] = {}
         group_delay: dict[str, int] = {}
         for raw in event.get("Records", []):
             if raw["messageId"] not in failed:
@@ -190,26 +190,21 @@ class FifoBatchRuntime(Generic[FactsT]):
             delay = self._delays.pop(raw["messageId"], group_delay.get(group, 0))
             group_delay.setdefault(group, delay)
             entries_by_queue.setdefault(raw["eventSourceARN"], []).append(
-                {"Id": raw["messageId"], "ReceiptHandle": raw["receiptHandle"], "VisibilityTimeout": delay}
+                HandedBack(raw["messageId"], raw["receiptHandle"], delay)
             )
-        set_visibility(self.clients, self._queue_urls, entries_by_queue)
+        hand_back(self.clients, entries_by_queue)
 
 
 def _group_of(raw: dict[str, Any]) -> str:
     return str(raw.get("attributes", {}).get("MessageGroupId", ""))
 
 
-def set_visibility(
-    clients: CloudClients, queue_urls: dict[str, str], entries_by_arn: dict[str, list[dict[str, Any]]]
-) -> None:
-    """ChangeMessageVisibilityBatch per queue (10 entries per call); `queue_urls` caches ARN -> URL."""
-    sqs = clients.client("sqs")
-    for arn, entries in entries_by_arn.items():
-        if arn not in queue_urls:
-            _, _, _, _, account, name = arn.split(":", 5)
-            queue_urls[arn] = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
-        for start in range(0, len(entries), 10):
-            try:
-                sqs.change_message_visibility_batch(QueueUrl=queue_urls[arn], Entries=entries[start : start + 10])
-            except Exception:  # the queue's own visibility timeout still brings them back
-                log.warning("could not set retry delay", exc_info=True)
+def hand_back(clients: CloudClients, by_queue_arn: dict[str, list[HandedBack]]) -> None:
+    """Each queue's records made visible again after their delays (ccm.contracts.queues.MessageQueue.hand_back)."""
+    for arn, messages in by_queue_arn.items():
+        try:
+            queue = clients.queue_of_arn(arn)
+        except Exception:  # the queue's own visibility timeout still brings them back
+            log.warning("could not find the queue to set retry delays", exc_info=True)
+            continue
+        queue.hand_back(messages)

@@ -1,6 +1,6 @@
 """The one reader of an AWS error's code and message (botocore's `ClientError.response["Error"]`): a shared leaf,
 so the drivers (through ccm.aws.errors) and the controllers that keep their own table or describe a driver's error
-(ccm.membership.store, ccm.route.reconciler) read it alike.
+(ccm.aws.table, ccm.route.reconciler) read it alike.
 
 A response may lack the `Error` member or its fields (a stubbed or truncated answer): both read as "".
 """

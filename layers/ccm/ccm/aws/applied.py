@@ -31,10 +31,9 @@ import time
 import zlib
 from typing import Any, Final
 
-from botocore.exceptions import ClientError
-
-from ccm.contracts.cloud import Applied, CloudClients
-from ccm.errors import error_code
+from ccm.aws.table import ClusterTable
+from ccm.aws.table import s as _s
+from ccm.contracts.cloud import Applied
 
 FINGERPRINT_VERSION: Final = 1
 FULL_READ_SECONDS: Final = 36 * 3600.0  # at the watcher's hourly resync: a full read once in about 36 resyncs
@@ -72,52 +71,35 @@ def due_for_full_read(applied: Applied, now: float, full_read_seconds: float = F
     return applied.verified_at <= 0 or now - applied.verified_at >= full_read_seconds * (1.0 + spread)
 
 
-def _s(value: str) -> dict[str, str]:
-    return {"S": value}
-
-
 class AppliedTable:
-    """AppliedStore over the membership table (its key schema pk/sk, its TTL attribute `expires`)."""
+    """AppliedStore over the cluster table (ccm.aws.table)."""
 
-    def __init__(self, table_name: str, clients: CloudClients) -> None:
-        self.table = table_name
-        self.clients = clients
-
-    @property
-    def _ddb(self) -> Any:
-        return self.clients.client("dynamodb")
-
-    def _key(self, uid: str) -> dict[str, Any]:
-        return {"pk": _s(PARTITION), "sk": _s(uid)}
+    def __init__(self, table: ClusterTable) -> None:
+        self.table = table
 
     def get(self, uid: str) -> Applied | None:
-        item = self._ddb.get_item(TableName=self.table, Key=self._key(uid), ConsistentRead=True).get("Item")
+        item = self.table.get(PARTITION, uid)
         return None if not item else from_item(item)
 
     def put(self, applied: Applied) -> None:
-        self._ddb.put_item(TableName=self.table, Item=to_item(applied))
+        self.table.put(to_item(applied))
 
     def put_targets(self, uid: str, fingerprint: str, targets: frozenset[str]) -> None:
-        try:
-            self._ddb.update_item(
-                TableName=self.table,
-                Key=self._key(uid),
-                UpdateExpression="SET targets = :t",
-                ConditionExpression="fp = :fp AND attribute_not_exists(deleted)",
-                ExpressionAttributeValues={":t": {"L": [_s(i) for i in sorted(targets)]}, ":fp": _s(fingerprint)},
-            )
-        except ClientError as err:
-            if error_code(err) != "ConditionalCheckFailedException":
-                raise
-            # A spec change was applied meanwhile (or the Service deleted): its own pass owns the checkpoint.
+        # False: a spec change was applied meanwhile (or the Service deleted): its own pass owns the checkpoint.
+        self.table.update(
+            PARTITION,
+            uid,
+            "SET targets = :t",
+            "fp = :fp AND attribute_not_exists(deleted)",
+            {":t": {"L": [_s(i) for i in sorted(targets)]}, ":fp": _s(fingerprint)},
+        )
 
     def forget(self, uid: str) -> None:
-        self._ddb.delete_item(TableName=self.table, Key=self._key(uid))
+        self.table.delete(PARTITION, uid)
 
     def tombstone(self, uid: str) -> None:
         expires = int(time.time()) + TOMBSTONE_TTL_SECONDS
-        item = {**self._key(uid), "deleted": {"BOOL": True}, "expires": {"N": str(expires)}}
-        self._ddb.put_item(TableName=self.table, Item=item)
+        self.table.put({**ClusterTable.key(PARTITION, uid), "deleted": {"BOOL": True}, "expires": {"N": str(expires)}})
 
 
 def to_item(applied: Applied) -> dict[str, Any]:

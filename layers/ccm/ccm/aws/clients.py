@@ -18,6 +18,7 @@ from typing import Any, Final
 from ccm import deadline
 from ccm.aws import faults
 from ccm.aws.errors import response_error_code
+from ccm.aws.queues import SqsQueue
 
 READ_PREFIXES = ("Describe", "Get", "List", "Query", "Scan", "BatchGet")
 
@@ -189,6 +190,7 @@ class AwsClients:
         self._session: Any = None
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._queue_urls: dict[str, str] = {}  # queue ARN -> URL, learned once per execution environment
 
     @property
     def session(self) -> Any:
@@ -210,6 +212,17 @@ class AwsClients:
                 _inject_latency(made)
                 self._clients[service] = self.counter.attach(made)
             return self._clients[service]
+
+    def queue(self, url: str) -> SqsQueue:
+        return SqsQueue(self, url)
+
+    def queue_of_arn(self, arn: str) -> SqsQueue:
+        """The queue an event source mapping names by ARN (one GetQueueUrl the first time)."""
+        if arn not in self._queue_urls:
+            _, _, _, _, account, name = arn.split(":", 5)
+            answer = self.client("sqs").get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)
+            self._queue_urls[arn] = answer["QueueUrl"]
+        return SqsQueue(self, self._queue_urls[arn])
 
     @property
     def elbv2(self) -> Any:

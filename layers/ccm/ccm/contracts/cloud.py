@@ -10,8 +10,8 @@ is one type's driver behind it (ccm.aws.nlb, ccm.aws.clb). Both take the pass's 
 every call that reads AWS state: nothing per-record is stored on a driver that several records share.
 
 Also here: the ownership tags every resource made for a Service carries (what a controller reads in the answer of
-`OwnershipReader`), and `CloudClients`, the SDK clients a runtime shares with its drivers (its queues and tables,
-and the per-record call counts), built by the composition roots (ccm.wiring) as ccm.aws.clients.AwsClients.
+`OwnershipReader`), and `CloudClients`, what a runtime shares with its drivers (its queues and the per-record
+call counts), built by the composition roots (ccm.wiring) as ccm.aws.clients.AwsClients.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from ccm.contracts.kube import KubeObject as KubeObject
+from ccm.contracts.queues import MessageQueue
 
 # The wait signal lives with the retry policy; drivers keep importing it from here.
 from ccm.retry import RetryError as RetryError
@@ -75,15 +76,19 @@ class CallCounting(Protocol):
 
 
 class CloudClients(Protocol):
-    """The SDK clients of one execution environment (ccm.aws.clients.AwsClients): one per service, reused by warm
-    invocations, every call bounded by the invocation's deadline and counted. Runtimes use them for their own queue
-    and table calls (visibility, messages, the membership table) and reset the count per record."""
+    """What a runtime shares with its drivers (ccm.aws.clients.AwsClients): the per-record call counts and its
+    queues. No raw SDK client: tables and queues are reached through their contracts (ccm.contracts.store,
+    ccm.contracts.queues), so no controller makes an AWS call of its own (pyproject's import contracts)."""
 
     @property
     def counter(self) -> CallCounting: ...
 
-    def client(self, service: str) -> Any:
-        """The boto3 client of `service` ("sqs", "dynamodb", ...)."""
+    def queue(self, url: str) -> MessageQueue:
+        """The FIFO queue at `url`."""
+        ...
+
+    def queue_of_arn(self, arn: str) -> MessageQueue:
+        """The queue an event source mapping names by ARN (its records' eventSourceARN)."""
         ...
 
 

@@ -14,35 +14,24 @@ or the name belongs to a Node with another UID.
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from ccm.contracts.cloud import CloudClients
 from ccm.contracts.messages import Delta, trim_node
+from ccm.contracts.queues import MessageQueue
+from ccm.contracts.store import MembershipStore
 from ccm.membership.model import DEFAULT_BUCKET_SECONDS
-from ccm.membership.store import MembershipStore
 from ccm.membership.updater import MembershipUpdater
 from ccm.node.runtime import NodeContext, PassContext
 
 
-@dataclass
 class Membership:
-    table: str
-    queue_url: str
-    bucket_seconds: int = DEFAULT_BUCKET_SECONDS
-    _updater: MembershipUpdater | None = field(default=None, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    """One per execution environment (it lives as long as the runtime): its updater's memory of the buckets already
+    told survives warm invocations."""
 
-    def updater(self, clients: CloudClients) -> MembershipUpdater:
-        """One per execution environment (this object lives as long as the runtime): its memory of the buckets
-        already told survives warm invocations. Built on first use, with the record's call-counting clients."""
-        with self._lock:
-            if self._updater is None:
-                store = MembershipStore(self.table, clients)
-                self._updater = MembershipUpdater(
-                    store, clients.client("sqs"), self.queue_url, bucket_seconds=self.bucket_seconds
-                )
-            return self._updater
+    def __init__(
+        self, store: MembershipStore, services_queue: MessageQueue, bucket_seconds: int = DEFAULT_BUCKET_SECONDS
+    ) -> None:
+        self.updater = MembershipUpdater(store, services_queue, bucket_seconds=bucket_seconds)
 
     def on_node_delta(self, delta: Delta, ctx: NodeContext) -> None:
         if delta.kind != "Node":
@@ -58,7 +47,7 @@ class Membership:
             rv = str((live.get("metadata") or {}).get("resourceVersion") or delta.resource_version)
             kind = "MODIFIED" if delta.type == "DELETED" else delta.type
             delta = replace(delta, type=kind, object=trim_node(live), resource_version=rv)
-        self.updater(ctx.clients).on_node_delta(delta)
+        self.updater.on_node_delta(delta)
 
     def on_safety_pass(self, ctx: PassContext) -> None:
-        self.updater(ctx.clients).reconcile(ctx.nodes, ctx.list_resource_version)
+        self.updater.reconcile(ctx.nodes, ctx.list_resource_version)

@@ -11,29 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ccm.config import DEFAULT_BUCKET_SECONDS as DEFAULT_BUCKET_SECONDS
 from ccm.contracts import kube as p
-from ccm.contracts.provider_id import provider_id_for
+from ccm.contracts.store import MemberRecord as MemberRecord
+from ccm.contracts.store import StoredNode as StoredNode
 
 TARGET_NODE_LABELS: Final = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
-
-
-@dataclass(frozen=True, slots=True)
-class MemberRecord:
-    name: str
-    instance_id: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    resource_version: int = 0
-
-    def as_node(self) -> dict[str, Any]:
-        """The minimal Node shape the load balancer drivers read (name, labels, providerID)."""
-        return {
-            "metadata": {"name": self.name, "labels": dict(self.labels)},
-            "spec": {"providerID": provider_id_for("", self.instance_id)} if self.instance_id else {},
-        }
 
 
 def member_record(node: Mapping[str, Any]) -> MemberRecord | None:
@@ -110,14 +96,6 @@ def digest(records: Iterable[MemberRecord]) -> str:
     """A short, order-independent fingerprint of a target set (name -> instance)."""
     pairs = sorted((r.name, r.instance_id) for r in records)
     return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True, slots=True)
-class StoredNode:
-    """A node item of the table: its record (None when not a member) and the resourceVersion it was written at."""
-
-    record: MemberRecord | None
-    resource_version: int
 
 
 @dataclass(frozen=True, slots=True)

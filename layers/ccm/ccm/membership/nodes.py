@@ -4,8 +4,8 @@ from a paginated LIST of Nodes, which then seeds the table."""
 from __future__ import annotations
 
 from ccm.contracts.kube import KubeObject, NodeLister
+from ccm.contracts.store import MembershipStore
 from ccm.membership import model
-from ccm.membership.store import MembershipStore
 
 
 class MemberNodes:

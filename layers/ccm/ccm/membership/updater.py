@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ccm.contracts.messages import Delta
+from ccm.contracts.queues import MessageQueue, OutgoingMessage
+from ccm.contracts.store import MembershipStore
 from ccm.membership import model
-from ccm.membership.store import MembershipStore
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class MembershipUpdater:
     store: MembershipStore
-    sqs: Any
-    services_queue_url: str
+    services_queue: MessageQueue
     bucket_seconds: int = model.DEFAULT_BUCKET_SECONDS
     clock: Callable[[], float] = time.time
     # Warm-environment memory of (service key, bucket) already told: a hint only, SQS dedup is the guarantee.
@@ -86,23 +86,12 @@ class MembershipUpdater:
                 continue
             self._told.add((key, index))
             deltas.append(Delta("Service", "HOSTS", key, uid, f"hosts-{index}", now, {"notBefore": not_before}))
-        for start in range(0, len(deltas), 10):
-            chunk = deltas[start : start + 10]
-            response = self.sqs.send_message_batch(
-                QueueUrl=self.services_queue_url,
-                Entries=[
-                    {
-                        "Id": str(i),
-                        "MessageBody": d.to_body(),
-                        "MessageGroupId": d.group_id,
-                        "MessageDeduplicationId": d.deduplication_id,
-                    }
-                    for i, d in enumerate(chunk)
-                ],
-            )
-            if response.get("Failed"):
-                for d in chunk:
-                    self._told.discard((d.key, index))
-                raise RuntimeError(f"could not enqueue host updates: {response['Failed']}")
+        _, refused = self.services_queue.send_batch(
+            [OutgoingMessage(d.to_body(), d.group_id, d.deduplication_id) for d in deltas]
+        )
+        if refused:
+            for d in deltas:  # tell them all again on the retry (SQS deduplicates those already sent)
+                self._told.discard((d.key, index))
+            raise RuntimeError(f"could not enqueue host updates: {refused}")
         self._told = {(k, b) for k, b in self._told if b >= index}  # forget old buckets
         return len(deltas)

@@ -28,4 +28,4 @@ class RoutesFeedConsumer:
             live = ctx.node()
             if live is not None:
                 delta, routed = replace(delta, object=trim_node(live)), routes_confirmed(live)
-        on_node_delta(delta, RoutesFeed(ctx.clients, self.queue_url), routed)
+        on_node_delta(delta, RoutesFeed(ctx.clients.queue(self.queue_url)), routed)

@@ -29,11 +29,12 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm import deadline
-from ccm.batch import set_visibility
+from ccm.batch import hand_back
 from ccm.call_metrics import add_call_metrics, add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, Routes
 from ccm.contracts.kube import RouteKubeApi
+from ccm.contracts.queues import HandedBack
 from ccm.logs import log_fields
 from ccm.retry import failure_delay
 from ccm.route.plan import Network, parse_cluster_cidrs
@@ -83,7 +84,6 @@ class RouteRuntime:
         self.clients = clients
         self.routes = routes
         self.reconciler = RouteReconciler(kube, self.routes, settings.cluster_name, settings.cluster_cidrs)
-        self._queue_urls: dict[str, str] = {}
         self.senders: Senders | None = settings.senders  # node triggers: the nodes function only (ccm.senders)
 
     def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -117,7 +117,7 @@ class RouteRuntime:
                 record, delay = keep
                 delays[record["messageId"]] = delay
         response["batchItemFailures"] = [{"itemIdentifier": i} for i in delays]
-        self._set_visibility(event, delays)
+        self._hand_back(event, delays)
         return response
 
     def full_pass(self, context: Any = None) -> RouteOutcome:
@@ -156,17 +156,13 @@ class RouteRuntime:
             return most_tried.record, 0
         return None
 
-    def _set_visibility(self, event: dict[str, Any], delays: dict[str, int]) -> None:
+    def _hand_back(self, event: dict[str, Any], delays: dict[str, int]) -> None:
         if not delays:
             return
-        by_queue: dict[str, list[dict[str, Any]]] = {}
+        by_queue: dict[str, list[HandedBack]] = {}
         for raw in event.get("Records", []):
             if raw["messageId"] in delays:
                 by_queue.setdefault(raw["eventSourceARN"], []).append(
-                    {
-                        "Id": raw["messageId"],
-                        "ReceiptHandle": raw["receiptHandle"],
-                        "VisibilityTimeout": delays[raw["messageId"]],
-                    }
+                    HandedBack(raw["messageId"], raw["receiptHandle"], delays[raw["messageId"]])
                 )
-        set_visibility(self.clients, self._queue_urls, by_queue)
+        hand_back(self.clients, by_queue)

@@ -22,8 +22,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ccm.contracts.cloud import CloudClients
 from ccm.contracts.messages import Delta, InvalidDelta, parse_delta
+from ccm.contracts.queues import MessageQueue, OutgoingMessage
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +84,11 @@ def parse_trigger(body: str) -> Trigger:
 class RoutesFeed:
     """Sends route-relevant Node deltas to the routes queue; a node delta consumer of the nodes Lambda."""
 
-    def __init__(self, clients: CloudClients, queue_url: str) -> None:
-        self.clients = clients
-        self.queue_url = queue_url
+    def __init__(self, queue: MessageQueue) -> None:
+        self.queue = queue
 
     def send(self, delta: Delta, dedup_id: str) -> None:
-        self.clients.client("sqs").send_message(
-            QueueUrl=self.queue_url,
-            MessageBody=delta.to_body(),
-            MessageGroupId=ROUTES_GROUP,
-            MessageDeduplicationId=dedup_id,
-        )
+        self.queue.send(OutgoingMessage(delta.to_body(), ROUTES_GROUP, dedup_id))
 
 
 def on_node_delta(delta: Delta, feed: RoutesFeed, routed: bool = False) -> bool:

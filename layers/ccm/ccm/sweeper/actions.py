@@ -22,6 +22,7 @@ from ccm.aws.errors import error_code
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import kube as p
 from ccm.contracts.messages import REPAIR, delta_for, message_group_id
+from ccm.contracts.queues import OutgoingMessage
 from ccm.sweeper.drift import Drift
 from ccm.sweeper.model import Kind, Resource, cluster_owned
 
@@ -84,26 +85,18 @@ class Actions:
     def requeue(self, drifts: Sequence[Drift], now: float) -> int:
         """One SYNC delta per drifted Service, in its own FIFO group (serialised with its other reconciles). The
         deduplication id is per run, so a watcher message of the same resourceVersion does not swallow it."""
-        sqs = self.clients.client("sqs")
-        sent = 0
-        for start in range(0, len(drifts), 10):
-            chunk = drifts[start : start + 10]
-            entries = []
-            for i, drift in enumerate(chunk):
-                delta = delta_for("Service", "SYNC", drift.service, observed_at=now)
-                delta = replace(delta, object={**delta.object, REPAIR: True})  # read in full, never the checkpoint
-                meta = p.meta(drift.service)
-                dedup = f"sweeper/{meta.get('uid')}/{meta.get('resourceVersion')}/{int(now)}"
-                entries.append(
-                    {
-                        "Id": str(i),
-                        "MessageBody": delta.to_body(),
-                        "MessageGroupId": message_group_id(drift.key),
-                        "MessageDeduplicationId": hashlib.sha256(dedup.encode()).hexdigest(),
-                    }
+        messages = []
+        for drift in drifts:
+            delta = delta_for("Service", "SYNC", drift.service, observed_at=now)
+            delta = replace(delta, object={**delta.object, REPAIR: True})  # read in full, never the checkpoint
+            meta = p.meta(drift.service)
+            dedup = f"sweeper/{meta.get('uid')}/{meta.get('resourceVersion')}/{int(now)}"
+            messages.append(
+                OutgoingMessage(
+                    delta.to_body(), message_group_id(drift.key), hashlib.sha256(dedup.encode()).hexdigest()
                 )
-            response = sqs.send_message_batch(QueueUrl=self.services_queue_url, Entries=entries)
-            if response.get("Failed"):
-                log.warning("could not re-enqueue: %s", response["Failed"])
-            sent += len(response.get("Successful", []))
+            )
+        sent, refused = self.clients.queue(self.services_queue_url).send_batch(messages)
+        if refused:
+            log.warning("could not re-enqueue: %s", refused)
         return sent

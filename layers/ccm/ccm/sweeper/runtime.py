@@ -23,13 +23,13 @@ from ccm.aws.security_groups import SecurityGroups
 from ccm.call_metrics import add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import KubeObject
+from ccm.contracts.store import OrphanMarks
 from ccm.k8s.kube import Kube, KubeRest
 from ccm.logs import log_fields
 from ccm.sweeper import drift as d
 from ccm.sweeper import model as m
 from ccm.sweeper.actions import Actions, Deleted
 from ccm.sweeper.inventory import Inventory
-from ccm.sweeper.store import OrphanMarks
 
 # Process-level: the handler's decorators need these at import, before any composition root runs, and Powertools
 # reads its own POWERTOOLS_* variables anyway (the defaults keep the metrics valid when they are unset).
@@ -110,10 +110,11 @@ class Sweeper:
         lister: ServiceLister,
         clients: AwsClients,
         groups: SecurityGroups,
+        marks: OrphanMarks,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """Built by the composition root (ccm.wiring.sweeper), which builds the security groups driver; the rest
-        (inventory, actions, marks) are the sweeper's own AWS-side parts on the same clients."""
+        """Built by the composition root (ccm.wiring.sweeper), which builds the security groups driver and the orphan
+        marks' store; the rest (inventory, actions) are the sweeper's own AWS-side parts on the same clients."""
         self.settings = settings
         self.kube = kube
         self.lister = lister
@@ -123,7 +124,7 @@ class Sweeper:
         self.groups = groups
         self.inventory = Inventory(clients, base.cluster_name)
         self.actions = Actions(clients, self.groups, base.cluster_name, settings.services_queue_url)
-        self.marks = OrphanMarks(settings.table, clients)
+        self.marks = marks
 
     def run(self) -> RunReport:
         s, base = self.settings, self.settings.base

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.instances import Ec2Instances
+from ccm.aws.table import ClusterTable
+from ccm.aws.table_views import MembershipTable
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
@@ -15,13 +17,15 @@ from ccm.route.consumer import RoutesFeedConsumer
 from ccm.wiring.settings import aws_region, settings_from_env
 
 
-def consumers(settings: Settings) -> tuple[list[NodeDeltaConsumer], list[PeriodicConsumer]]:
+def consumers(settings: Settings, clients: AwsClients) -> tuple[list[NodeDeltaConsumer], list[PeriodicConsumer]]:
     """Membership first (a node's Services hear of it), then the routes feed: the order they always ran in."""
     on_delta: list[NodeDeltaConsumer] = []
     on_pass: list[PeriodicConsumer] = []
     if settings.membership_table and settings.services_queue_url:
         membership = Membership(
-            settings.membership_table, settings.services_queue_url, int(settings.host_bucket_seconds)
+            MembershipTable(ClusterTable(settings.membership_table, clients)),
+            clients.queue(settings.services_queue_url),
+            int(settings.host_bucket_seconds),
         )
         on_delta.append(membership.on_node_delta)
         on_pass.append(membership.on_safety_pass)
@@ -31,7 +35,7 @@ def consumers(settings: Settings) -> tuple[list[NodeDeltaConsumer], list[Periodi
 
 
 def build_node_runtime(settings: Settings, kube: Kube, clients: AwsClients) -> NodeRuntime:
-    on_delta, on_pass = consumers(settings)
+    on_delta, on_pass = consumers(settings, clients)
     instances = Ec2Instances(clients, settings.region, settings.vpc_id)
     return NodeRuntime(settings, kube, clients, instances, delta_consumers=on_delta, periodic_consumers=on_pass)
 

@@ -10,11 +10,12 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.ownership import Ownership
 from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.table import ClusterTable
+from ccm.aws.table_views import MembershipTable
 from ccm.config import Settings
 from ccm.k8s.client import new_api_client
 from ccm.k8s.kube import Kube
 from ccm.membership.nodes import MemberNodes
-from ccm.membership.store import MembershipStore
 from ccm.per_environment import PerEnvironment
 from ccm.service.reconciler import ServiceReconciler
 from ccm.service.runtime import ServiceRuntime
@@ -22,8 +23,9 @@ from ccm.wiring.settings import aws_region, settings_from_env
 
 
 def build_service_runtime(
-    settings: Settings, kube: Kube, clients: AwsClients, store: MembershipStore | None = None
+    settings: Settings, kube: Kube, clients: AwsClients, table: ClusterTable | None = None
 ) -> ServiceRuntime:
+    """`table`: the cluster table (membership and checkpoints); None: LIST the nodes and read AWS in full."""
     groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name, settings.any_annotation_security_group)
     balancer = LoadBalancers(
         NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
@@ -31,14 +33,14 @@ def build_service_runtime(
         "nlb" if settings.default_lb_type == "nlb" else "clb",
         security_groups=groups,
         # Checkpoints live in the membership table; without one every pass reads AWS in full.
-        applied=AppliedTable(store.table, clients) if store is not None else None,
+        applied=AppliedTable(table) if table is not None else None,
         tagging=clients.tagging,
     )
     reconciler = ServiceReconciler(
         kube,
         balancer,
         balancer,
-        MemberNodes(kube, store),
+        MemberNodes(kube, MembershipTable(table) if table is not None else None),
         settings.cluster_name,
         settings.load_balancer_class,
         settings.claim_unclassed,
@@ -50,9 +52,8 @@ def build_service_runtime(
 def _from_env() -> ServiceRuntime:
     settings = settings_from_env()
     clients = AwsClients(region=aws_region(settings))
-    table = settings.membership_table
-    store = MembershipStore(table, clients) if table else None
-    return build_service_runtime(settings, Kube(new_api_client(settings.kube)), clients, store)
+    table = ClusterTable(settings.membership_table, clients) if settings.membership_table else None
+    return build_service_runtime(settings, Kube(new_api_client(settings.kube)), clients, table)
 
 
 runtime: PerEnvironment[ServiceRuntime] = PerEnvironment(_from_env)

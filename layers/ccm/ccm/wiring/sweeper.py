@@ -1,10 +1,13 @@
 """Composition root of the sweeper function: the sweeper is provider-side (it lists and deletes ELB/EC2 resources
-with the drivers' own models, docs/architecture.md); it gets the security groups driver from here."""
+with the drivers' own models, docs/architecture.md); it gets the security groups driver and its store of orphan
+marks from here."""
 
 from __future__ import annotations
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups import SecurityGroups
+from ccm.aws.table import ClusterTable
+from ccm.aws.table_views import OrphanMarksTable
 from ccm.config import Settings
 from ccm.k8s.kube import Kube
 from ccm.per_environment import PerEnvironment
@@ -23,7 +26,8 @@ def _from_env() -> Sweeper:
     api_client = new_api_client(settings.base.kube)
     clients = AwsClients(region=aws_region(settings.base))
     groups = SecurityGroups(clients, settings.base.vpc_id, settings.base.cluster_name)
-    return Sweeper(settings, Kube(api_client), ServiceLister(api_client), clients, groups)
+    marks = OrphanMarksTable(ClusterTable(settings.table, clients))
+    return Sweeper(settings, Kube(api_client), ServiceLister(api_client), clients, groups, marks)
 
 
 runtime: PerEnvironment[Sweeper] = PerEnvironment(_from_env)
