@@ -18,7 +18,7 @@ from ccm.aws.subnets import forget_discovery
 from ccm.aws.targets import register_instances
 from ccm.contracts.cloud import RetryError
 
-log = logging.getLogger("ccm.aws.clb")  # the driver's logger: its lines read as before the split
+log = logging.getLogger(__name__)
 
 
 def create_lb(clients: AwsClients, vpc_id: str, desired: m.CLBSpec) -> str:

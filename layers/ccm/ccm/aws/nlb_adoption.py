@@ -18,7 +18,7 @@ from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
 from ccm.contracts.cloud import CloudStateError
 
-log = logging.getLogger("ccm.aws.nlb")  # the driver's logger: its lines read as before the split
+log = logging.getLogger(__name__)
 
 
 def claim(

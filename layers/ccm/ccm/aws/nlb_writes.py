@@ -19,7 +19,7 @@ from ccm.aws.subnets import forget_discovery
 from ccm.aws.targets import register_targets
 from ccm.contracts.cloud import RetryError
 
-log = logging.getLogger("ccm.aws.nlb")  # the driver's logger: its lines read as before the split
+log = logging.getLogger(__name__)
 
 
 def create_lb(

@@ -21,7 +21,7 @@ from ccm.aws.security_group_rules import RuleWriter
 from ccm.aws.security_groups_model import IngressRule, stale_node_rules
 from ccm.aws.shared_groups import SharedGroups
 
-log = logging.getLogger("ccm.aws.security_groups")  # one logger for all security-group work, as before the split
+log = logging.getLogger(__name__)
 
 
 class NodeAccess:

@@ -20,7 +20,7 @@ from ccm.aws.errors import error_code
 from ccm.aws.security_groups_model import IngressRule
 from ccm.contracts.cloud import CloudStateError, RetryError
 
-log = logging.getLogger("ccm.aws.security_groups")
+log = logging.getLogger(__name__)
 
 CONFLICT_RETRY_SECONDS: Final = 5
 _RULE_GONE: Final = ("InvalidPermission.NotFound", "InvalidSecurityGroupRuleId.NotFound")

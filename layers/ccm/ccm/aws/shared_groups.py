@@ -41,7 +41,7 @@ from ccm.aws.node_groups import NODE_GROUPS_TTL_SECONDS
 from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
 from ccm.contracts.cloud import RetryError
 
-log = logging.getLogger("ccm.aws.security_groups")
+log = logging.getLogger(__name__)
 
 SHARED_TTL_SECONDS: Final = NODE_GROUPS_TTL_SECONDS
 BACKEND_RULE: Final = "backend-rule"  # cache slot: the node groups hold the backend rule (value: its source)
