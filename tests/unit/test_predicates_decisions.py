@@ -41,6 +41,21 @@ def test_membership_ignores_readiness_but_not_deletion_or_autoscaler_taint():
     assert not p.is_member_node(m)
 
 
+@pytest.mark.parametrize(
+    ("taint", "member"),
+    [
+        ({"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}, False),  # being drained by Karpenter (LBC v2.12)
+        ({"key": "karpenter.sh/disrupted", "effect": "NoExecute"}, True),  # not the taint Karpenter sets
+        ({"key": "karpenter.sh/disruption", "value": "disrupting", "effect": "NoSchedule"}, True),  # another key
+        ({"key": p.TO_BE_DELETED_TAINT, "value": "1700000000", "effect": "NoSchedule"}, False),
+    ],
+)
+def test_nodes_tainted_to_leave_are_not_members(taint: dict[str, str], member: bool) -> None:
+    n = node("n1", "i-1")
+    n["spec"]["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}, taint]
+    assert p.is_member_node(n) is member
+
+
 def test_instance_id_from_provider_id():
     assert p.instance_id(node("n", "i-0123")) == "i-0123"
     assert p.instance_id({"spec": {"providerID": "aws:///i-0456"}}) == "i-0456"

@@ -19,6 +19,9 @@ LB_TYPE_ANNOTATION: Final = "service.beta.kubernetes.io/aws-load-balancer-type"
 FOREIGN_LB_TYPES: Final = frozenset({"external", "nlb-ip"})
 EXCLUDE_LABEL: Final = "node.kubernetes.io/exclude-from-external-load-balancers"
 TO_BE_DELETED_TAINT: Final = "ToBeDeletedByClusterAutoscaler"
+# Karpenter's disruption taint (karpenter.sh/disrupted, effect NoSchedule): the node is being drained to go. The AWS
+# Load Balancer Controller excludes such nodes since v2.12, as upstream does the cluster autoscaler's taint.
+KARPENTER_DISRUPTED_TAINT: Final = ("karpenter.sh/disrupted", "NoSchedule")
 _GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
@@ -71,12 +74,19 @@ def _excluded_by_label(value: str | None) -> bool:
 
 
 def is_member_node(node: KubeObject) -> bool:
-    """StableLoadBalancerNodeSet: readiness, schedulability and providerID deliberately do not matter."""
+    """StableLoadBalancerNodeSet (plus Karpenter's disruption taint): readiness, schedulability and providerID
+    deliberately do not matter."""
     if meta(node).get("deletionTimestamp") is not None:
         return False
     if _excluded_by_label((meta(node).get("labels") or {}).get(EXCLUDE_LABEL)):
         return False
-    return not any(t.get("key") == TO_BE_DELETED_TAINT for t in spec(node).get("taints") or [])
+    return not any(_leaving(t) for t in spec(node).get("taints") or [])
+
+
+def _leaving(taint: dict[str, Any]) -> bool:
+    """A taint saying the node is about to go: the autoscaler's (any effect) or Karpenter's NoSchedule one."""
+    key = taint.get("key")
+    return key == TO_BE_DELETED_TAINT or (key, taint.get("effect")) == KARPENTER_DISRUPTED_TAINT
 
 
 def instance_id(node: KubeObject) -> str | None:
