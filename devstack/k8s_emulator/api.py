@@ -328,6 +328,7 @@ class Api:
             route.subresource,
             create_missing=apply and route.subresource is None,
             dry_run=dry_run(req),
+            uid_precondition=False,
         )
         return self._object_response(201 if created else 200, res, obj, req)
 

@@ -14,7 +14,18 @@ from collections.abc import Callable
 from typing import Any
 
 from . import kinds
-from .errors import ApiError, already_exists, bad_request, conflict, gone, not_found, status_body, too_large_rv
+from .errors import (
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    gone,
+    invalid,
+    invalid_error,
+    not_found,
+    status_body,
+    too_large_rv,
+)
 from .resources import RESOURCES, Resource, by_plural
 from .watch import Event, Watcher
 
@@ -207,9 +218,14 @@ class Store:
         subresource: str | None = None,
         create_missing: bool = False,
         dry_run: bool = False,
+        uid_precondition: bool = True,
     ) -> tuple[Obj, bool]:
         """Read-modify-write under the lock. ``build`` gets a copy of the current object (None when
-        missing) and returns the desired object. Returns (stored object, created?)."""
+        missing) and returns the desired object. Returns (stored object, created?).
+
+        ``uid_precondition``: a PUT's body UID is a precondition (409 when it differs: the registry's
+        defaultUpdatedObjectInfo.Preconditions); a PATCH has none (the patch handler passes no object), so a patched
+        UID reaches validation and is refused as an immutable field (422), as kube-apiserver 1.28 answers."""
         with self.lock:
             key = self._key(res, namespace, name)
             current = self._bucket(res).get(key)
@@ -227,6 +243,9 @@ class Store:
             self._check_url_identity(res, new, namespace, name)
             meta = new.setdefault("metadata", {})
             cur_meta = current["metadata"]
+            if meta.get("uid") and meta["uid"] != cur_meta["uid"] and not uid_precondition:
+                field_error = invalid("metadata.uid", meta["uid"], "field is immutable")
+                raise invalid_error(res.kind, res.group, name, [field_error])
             if meta.get("uid") and meta["uid"] != cur_meta["uid"]:
                 raise conflict(
                     res.plural,

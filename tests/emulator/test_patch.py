@@ -174,3 +174,33 @@ def test_json_patch_with_resource_version_test(core: kubernetes.client.CoreV1Api
             ],
         )
     assert exc.value.status == 409
+
+
+def test_a_uid_in_a_patch_is_no_precondition_but_an_immutable_field(
+    raw: Raw, core: kubernetes.client.CoreV1Api
+) -> None:
+    """kube-apiserver 1.28: a PATCH carries no UID precondition (the patch handler builds its updated-object info
+    without an object), so another UID in the body is applied and refused by ValidateObjectMetaUpdate: 422 Invalid,
+    `metadata.uid: ... field is immutable`, on the object and on its status. A PUT's UID is a precondition: 409."""
+    svc = core.create_namespaced_service("default", service_body("web"))
+    path = "/api/v1/namespaces/default/services/web"
+    for target in (path, path + "/status"):
+        status, _, body = raw.request("PATCH", target, {"metadata": {"uid": "other-uid"}}, MERGE)
+        assert status == 422, body
+        assert body["reason"] == "Invalid"
+        assert (
+            body["message"] == 'Service "web" is invalid: metadata.uid: Invalid value: "other-uid": field is immutable'
+        )
+        assert body["details"]["causes"] == [
+            {
+                "reason": "FieldValueInvalid",
+                "message": 'Invalid value: "other-uid": field is immutable',
+                "field": "metadata.uid",
+            }
+        ]
+    status, _, body = raw.request("PATCH", path, {"metadata": {"uid": svc.metadata.uid, "labels": {"a": "b"}}}, MERGE)
+    assert status == 200  # the same UID changes nothing
+    live = raw.request("GET", path)[2]
+    live["metadata"]["uid"] = "other-uid"
+    status, _, body = raw.request("PUT", path, live)
+    assert status == 409 and "Precondition failed: UID in precondition" in body["message"]

@@ -244,8 +244,10 @@ def test_requests_are_bounded_by_the_invocations_deadline() -> None:
 def test_a_status_write_never_lands_on_a_service_re_created_under_the_same_name(
     tls_emulator: Emulator, tmp_path: Path
 ) -> None:
-    """Chaos found it: a reconcile of the old Service wrote its LB hostname onto the new ClusterIP one. The UID in
-    the patch is a precondition the API server checks (409 "Precondition failed: UID in precondition")."""
+    """Chaos found it: a reconcile of the old Service wrote its LB hostname onto the new ClusterIP one. A UID in a
+    merge patch is no precondition on a real server (422 "field is immutable", the same code as an invalid status),
+    so the write is a JSON patch whose `test` of metadata.uid the server checks on the object it holds; an invalid
+    status still raises."""
     from ccm.k8s.kube import Kube
 
     kube = Kube(from_kubeconfig(tls_emulator.write_kubeconfig(str(tmp_path / "kc"), token="s3cret")))
@@ -267,3 +269,10 @@ def test_a_status_write_never_lands_on_a_service_re_created_under_the_same_name(
     assert kube.patch_load_balancer_status(old, [{"hostname": "old.example"}]) is False
     live = tls_emulator.get("services", "default", "a")
     assert live is not None and not (live.get("status") or {}).get("loadBalancer", {}).get("ingress")
+    assert kube.patch_load_balancer_status(new, [{"hostname": "new.example"}])
+    assert kube.patch_load_balancer_status(new, [])  # cleared: no ingress left
+    live = tls_emulator.get("services", "default", "a")
+    assert live is not None and live["status"]["loadBalancer"] == {}
+    with pytest.raises(ApiError) as invalid:
+        kube.patch_load_balancer_status(new, [{"ip": "not-an-ip"}])
+    assert invalid.value.status == 422

@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ccm.contracts.cloud import KubeObject
-from ccm.k8s.rest import MERGE_PATCH, ApiError, KubeRest, quote
+from ccm.k8s.rest import JSON_PATCH, MERGE_PATCH, ApiError, KubeRest, quote
+
+UID_TEST_PATH = "/metadata/uid"  # named by the 422 of a failed test: "testing value /metadata/uid failed"
 
 __all__ = ["MERGE_PATCH", "ApiError", "Kube", "KubeRest", "node_path", "now", "service_path"]
 
@@ -72,17 +74,24 @@ class Kube:
         return updated
 
     def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> bool:
-        """Write status.loadBalancer.ingress of THIS Service: the UID in the patch is a precondition (the API
-        server answers 409 when the name now holds another object), so a reconcile that outlived its Service never
-        writes its load balancer onto a Service re-created under the same name. False if the Service is gone."""
+        """Write status.loadBalancer.ingress of THIS Service, so a reconcile that outlived its Service never writes
+        its load balancer onto one re-created under the same name. False if the Service is gone or is another one.
+
+        The guard is a JSON patch `test` of metadata.uid before the write: the server applies the patch to the
+        object it holds, inside its optimistic-concurrency loop, so nothing can come between the test and the write.
+        (A UID in a merge patch is no precondition on PATCH: kube-apiserver applies it and refuses the change of an
+        immutable field with a 422 like any invalid status; only PUT and DELETE take UID preconditions.) A failed
+        test is a 422 naming the tested path, told apart from an invalid status by that path."""
         meta = svc["metadata"]
-        body: dict[str, Any] = {"status": {"loadBalancer": {"ingress": ingress or None}}}
+        ops: list[dict[str, Any]] = []
         if meta.get("uid"):
-            body["metadata"] = {"uid": meta["uid"]}
+            ops.append({"op": "test", "path": "/metadata/uid", "value": meta["uid"]})
+        # `add` of a member replaces it; status.loadBalancer is a struct the server always renders ({}).
+        ops.append({"op": "add", "path": "/status/loadBalancer", "value": {"ingress": ingress} if ingress else {}})
         try:
-            self.api.patch(service_path(meta["namespace"], meta["name"]) + "/status", body)
+            self.api.patch(service_path(meta["namespace"], meta["name"]) + "/status", ops, JSON_PATCH)
         except ApiError as err:
-            if err.status == 404 or (err.status == 409 and "UID in precondition" in str(err)):
+            if err.status == 404 or (err.status == 422 and UID_TEST_PATH in str(err)):
                 return False
             raise
         return True

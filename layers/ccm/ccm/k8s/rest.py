@@ -18,6 +18,7 @@ from ccm import deadline
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 USER_AGENT = "serverless-ccm"
 
 CONNECT_TIMEOUT_S = 5.0
