@@ -266,7 +266,7 @@ def test_a_status_write_never_lands_on_a_service_re_created_under_the_same_name(
         }
     )
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
-    assert kube.patch_load_balancer_status(old, [{"hostname": "old.example"}]) is False
+    assert kube.patch_load_balancer_status(old, [{"hostname": "old.example"}]) is None
     live = tls_emulator.get("services", "default", "a")
     assert live is not None and not (live.get("status") or {}).get("loadBalancer", {}).get("ingress")
     assert kube.patch_load_balancer_status(new, [{"hostname": "new.example"}])

@@ -172,10 +172,15 @@ def test_create_update_delete_round_trip(stack: dict[str, Any], world: World, em
     core.delete_namespaced_service("web", "default")
     deleting = read(core)
     assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+    emulator.clear_log()
     invoke(stack, [delta_for("Service", "MODIFIED", deleting).to_body()])
     assert read(core) is None
     assert elbv2.describe_load_balancers()["LoadBalancers"] == []
     assert elbv2.describe_target_groups()["TargetGroups"] == []
+    # As a real server needs it: the status is cleared while the Service still exists, then the finalizer goes
+    # (the other way round, the status PATCH of a Service that is gone gets a 404).
+    writes = [(r["path"].rsplit("/", 1)[-1], r["status"]) for r in emulator.request_log if r["method"] == "PATCH"]
+    assert writes == [("status", 200), ("web", 200)]
 
 
 def test_malformed_message_fails_alone_and_becomes_visible_at_once(stack: dict[str, Any]):

@@ -73,9 +73,10 @@ class Kube:
         updated: KubeObject = self.api.patch(service_path(meta["namespace"], meta["name"]), body)
         return updated
 
-    def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> bool:
+    def patch_load_balancer_status(self, svc: KubeObject, ingress: list[dict[str, Any]]) -> KubeObject | None:
         """Write status.loadBalancer.ingress of THIS Service, so a reconcile that outlived its Service never writes
-        its load balancer onto one re-created under the same name. False if the Service is gone or is another one.
+        its load balancer onto one re-created under the same name. Returns the Service as written; None if it is gone or
+        is another one.
 
         The guard is a JSON patch `test` of metadata.uid before the write: the server applies the patch to the
         object it holds, inside its optimistic-concurrency loop, so nothing can come between the test and the write.
@@ -89,12 +90,14 @@ class Kube:
         # `add` of a member replaces it; status.loadBalancer is a struct the server always renders ({}).
         ops.append({"op": "add", "path": "/status/loadBalancer", "value": {"ingress": ingress} if ingress else {}})
         try:
-            self.api.patch(service_path(meta["namespace"], meta["name"]) + "/status", ops, JSON_PATCH)
+            written: KubeObject = self.api.patch(
+                service_path(meta["namespace"], meta["name"]) + "/status", ops, JSON_PATCH
+            )
         except ApiError as err:
             if err.status == 404 or (err.status == 422 and UID_TEST_PATH in str(err)):
-                return False
+                return None
             raise
-        return True
+        return written
 
     def record_event(self, obj: KubeObject, event_type: str, reason: str, message: str) -> None:
         meta = obj["metadata"]

@@ -253,11 +253,17 @@ class ServiceReconciler:
 
     def _finish_delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:
         self.members.unregister(svc)
+        if write_status:
+            # Status first: once the finalizer goes, a Service being deleted is gone and its status PATCH would only
+            # get a 404 (upstream patches after and ignores that 404; clearing first spends no call on it). The
+            # finalizer patch then carries the resourceVersion the status write made.
+            cleared = self._write_status(svc, [], outcome)
+            if cleared is None:
+                return  # the Service is gone or another one now: its finalizer is not ours to touch
+            svc = cleared
         remaining = [f for f in p.meta(svc).get("finalizers") or [] if f != p.FINALIZER]
         svc = self.kube.set_finalizers(svc, remaining)
         self._event(svc, outcome, "Normal", "DeletedLoadBalancer", "Deleted load balancer")
-        if write_status:
-            self._write_status(svc, [], outcome)
 
     def _delete_on_hint(self, key: str, uid: str, live: KubeObject | None, outcome: Outcome) -> None:
         """The API confirmed that no live Service has `uid` (decide); the resources must say they are that
@@ -280,14 +286,16 @@ class ServiceReconciler:
             self._event(live, outcome, "Warning", "DeleteRefused", f"Not deleting a load balancer: {refusal}")
 
     # -- helpers --------------------------------------------------------------------------------------------------
-    def _write_status(self, svc: KubeObject, ingress: list[dict[str, Any]], outcome: Outcome) -> None:
+    def _write_status(self, svc: KubeObject, ingress: list[dict[str, Any]], outcome: Outcome) -> KubeObject | None:
+        """The Service after the write (as it was when nothing needed writing); None when it is gone or another."""
         current = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
         if ingress_equal(current, ingress):
-            return
+            return svc
         written = self.kube.patch_load_balancer_status(svc, ingress)
-        if written and not outcome.status_written_at:
+        if written is not None and not outcome.status_written_at:
             outcome.status_written_at = time.time()
-        outcome.status_written = outcome.status_written or written
+        outcome.status_written = outcome.status_written or written is not None
+        return written
 
     def _event(self, svc: KubeObject, outcome: Outcome, event_type: str, reason: str, message: str) -> None:
         outcome.events.append(reason)
