@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="answer a watch from a too-old resourceVersion with HTTP 410 instead of 200 + an in-stream ERROR 410",
     )
+    parser.add_argument(
+        "--no-load-balancer-ip-mode",
+        action="store_true",
+        help="feature gate LoadBalancerIPMode off (1.28, 1.29): status.loadBalancer.ingress[].ipMode is dropped",
+    )
     args = parser.parse_args(argv)
     tokens = dict(t.split("=", 1) for t in args.token) if args.token else None
     emu = Emulator(
@@ -41,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         bookmark_interval=args.bookmark_interval,
         tls=args.tls,
         expired_watch_in_stream=not args.expired_watch_http_410,
+        load_balancer_ip_mode=not args.no_load_balancer_ip_mode,
     ).start()
     if args.kubeconfig:
         emu.write_kubeconfig(args.kubeconfig, token=next(iter(emu.tokens), None))

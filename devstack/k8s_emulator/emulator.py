@@ -41,6 +41,7 @@ class Emulator:
         bookmark_interval: float = 60.0,
         tls: bool = False,
         expired_watch_in_stream: bool = True,
+        load_balancer_ip_mode: bool = True,
     ) -> None:
         self.host = host
         self.port = port
@@ -54,6 +55,7 @@ class Emulator:
         self.request_log = RequestLog()
         self.store = Store()
         self.store.expired_watch_in_stream = expired_watch_in_stream
+        self.store.load_balancer_ip_mode = load_balancer_ip_mode  # False: a 1.28/1.29 server, ipMode dropped
         self.rbac: Rbac | None = None  # RBAC enforcement is off until enable_rbac()
         self.stopping = False
         self._httpd: EmulatorHTTPServer | None = None

@@ -48,7 +48,8 @@ def ports_of(spec: Obj) -> list[Obj]:
 
 
 def default_status(svc: Obj) -> None:
-    # LoadBalancerIPMode is GA: ingress entries with an IP get ipMode VIP.
+    # LoadBalancerIPMode on (the default since 1.30): ingress entries with an IP get ipMode VIP. (Off, the store
+    # drops ipMode before this runs: nothing is defaulted.)
     ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
     for ing in ingress if isinstance(ingress, list) else []:
         if isinstance(ing, dict) and ing.get("ip") and ing.get("ipMode") is None:

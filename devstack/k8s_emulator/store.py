@@ -59,8 +59,19 @@ class Store:
         self.watchers: set[Watcher] = set()
         # Too-old RV at watch start: True = HTTP 200 + in-stream ERROR 410 (watch cache), False = HTTP 410.
         self.expired_watch_in_stream = True
+        # Feature gate LoadBalancerIPMode (beta, on by default since 1.30): off, as on 1.28 and 1.29, the server drops
+        # status.loadBalancer.ingress[].ipMode from every write (dropDisabledStatusFields) before validating it.
+        self.load_balancer_ip_mode = True
 
     # ------------------------------------------------------------------ helpers
+
+    def _drop_disabled_fields(self, res: Resource, obj: Obj) -> None:
+        """What a disabled feature gate's field becomes on a write: nothing (the registry's dropDisabled*Fields)."""
+        if res.kind == "Service" and not self.load_balancer_ip_mode:
+            ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+            for entry in ingress if isinstance(ingress, list) else []:
+                if isinstance(entry, dict):
+                    entry.pop("ipMode", None)
 
     def _bucket(self, res: Resource) -> dict[Key, Obj]:
         return self.objects.setdefault(res.store_key, {})
@@ -196,7 +207,9 @@ class Store:
             obj["apiVersion"], obj["kind"] = res.api_version, res.kind
             for field in (*_SYSTEM_META, "managedFields", "selfLink"):
                 meta.pop(field, None)
+            self._drop_disabled_fields(res, obj)
             kinds.prepare_create(res, obj, self._siblings(res, key))
+            self._drop_disabled_fields(res, obj)  # nor defaulted (the gate's defaulting is off too)
             if key in self._bucket(res):
                 raise already_exists(res.plural, res.group, key[1])
             meta["uid"] = str(uuid.uuid4())
@@ -268,7 +281,9 @@ class Store:
             meta.pop("selfLink", None)
             if res.namespaced:
                 meta["namespace"] = namespace
+            self._drop_disabled_fields(res, new)
             stored = kinds.prepare_update(res, new, copy.deepcopy(current), self._siblings(res, key), subresource)
+            self._drop_disabled_fields(res, stored)  # nor defaulted (the gate's defaulting is off too)
             stored["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
             if _spec_part(stored) != _spec_part(current):
                 stored["metadata"]["generation"] = int(cur_meta.get("generation", 1)) + 1

@@ -276,3 +276,31 @@ def test_a_status_write_never_lands_on_a_service_re_created_under_the_same_name(
     with pytest.raises(ApiError) as invalid:
         kube.patch_load_balancer_status(new, [{"ip": "not-an-ip"}])
     assert invalid.value.status == 422
+
+
+@pytest.mark.parametrize("ip_mode_gate", [True, False])
+def test_status_compare_holds_only_what_the_server_keeps(ip_mode_gate: bool, tmp_path: Path) -> None:
+    """kube-apiserver 1.28 and 1.29 (LoadBalancerIPMode off) drop ingress[].ipMode; 1.30+ keep it (and default it
+    to VIP). Either way, the status the controller wrote compares equal to what it reads back, so the next
+    reconcile writes nothing; a changed ipMode on a server that keeps it is a change."""
+    from ccm.contracts.cloud import Ingress
+    from ccm.k8s.kube import Kube
+    from ccm.service.decisions import ingress_equal
+
+    emu = Emulator(load_balancer_ip_mode=ip_mode_gate).start()
+    try:
+        kube = Kube(from_kubeconfig(emu.write_kubeconfig(str(tmp_path / "kc"))))
+        spec = {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}
+        svc = emu.create(
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a", "namespace": "default"}, "spec": spec}
+        )
+        desired = [Ingress(ip="203.0.113.10").to_api()]
+        written = kube.patch_load_balancer_status(svc, desired)
+        assert written is not None
+        current = written["status"]["loadBalancer"]["ingress"]
+        assert current == ([{"ip": "203.0.113.10", "ipMode": "VIP"}] if ip_mode_gate else [{"ip": "203.0.113.10"}])
+        assert ingress_equal(current, desired)
+        assert ingress_equal(current, [{"ip": "203.0.113.10"}])  # the server's default, either way
+        assert ingress_equal(current, [Ingress(ip="203.0.113.10", ip_mode="Proxy").to_api()]) is not ip_mode_gate
+    finally:
+        emu.stop()

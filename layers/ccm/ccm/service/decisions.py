@@ -72,12 +72,20 @@ def decide(delta: Delta, live: KubeObject | None, our_class: str, claim_unclasse
 
 
 def ingress_equal(current: list[dict[str, object]] | None, desired: list[dict[str, object]] | None) -> bool:
-    """Status skip-if-equal: ip, hostname, ipMode and ports, in order."""
+    """Status skip-if-equal: ip, hostname, ipMode and ports, in order, compared only as far as the server keeps them.
 
-    def norm(items: list[dict[str, object]] | None) -> list[tuple[object, ...]]:
-        return [
-            (i.get("ip", ""), i.get("hostname", ""), i.get("ipMode", ""), repr(i.get("ports") or []))
-            for i in items or []
-        ]
-
-    return norm(current) == norm(desired)
+    A server with the LoadBalancerIPMode gate off (1.28, 1.29) drops ipMode from every write, and one with it on
+    gives an ip without one ipMode VIP: so an entry of the current status with an ip and no ipMode says the server
+    does not keep it, and the desired ipMode of that entry is not compared (else every reconcile re-patched). An
+    entry without an ip has no ipMode on either server."""
+    current, desired = current or [], desired or []
+    if len(current) != len(desired):
+        return False
+    for now, want in zip(current, desired, strict=True):
+        if any(now.get(f, "") != want.get(f, "") for f in ("ip", "hostname")):
+            return False
+        if now.get("ip") and "ipMode" in now and now["ipMode"] != (want.get("ipMode") or "VIP"):
+            return False  # the server keeps ipMode (and defaults an ip's to VIP): compare it
+        if repr(now.get("ports") or []) != repr(want.get("ports") or []):
+            return False
+    return True
