@@ -6,6 +6,9 @@
   disconnect (no duplicates, nothing missed).
 * On 410 Gone (watch or expired continue token) it relists; objects remembered but no longer listed get a
   synthesised DELETED, so no delete is missed however long the watch was down.
+* Ahead of the server (its etcd restored from an older backup) it relists too, whatever shape the server gives
+  that answer: a 504 ResourceVersionTooLarge, the same as the stream's ERROR event, or (kube-apiserver 1.28+) a
+  stream that stays silent to its end, which a one-item LIST not older than our resourceVersion then confirms.
 * Any other failure: jittered, capped exponential backoff, then resume.
 
 The cache (`relevance.CacheEntry` per key) only advances when the buffer accepted the deltas, so anything refused
@@ -218,10 +221,11 @@ class Informer:
             if self._stop.is_set() or self._pending is not None:  # asked for while no watch was open to cut
                 stream.stop()
         events = stream.events()
+        heard = False  # any event, bookmarks included
         try:
             for event in events:
                 self.heartbeat = time.monotonic()
-                progressed = True
+                progressed = heard = True
                 obj = event.get("object") or {}
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
@@ -235,7 +239,26 @@ class Informer:
             events.close()  # releases the connection now, not when garbage-collected
             with self._lock:
                 self._watch = None
-        return progressed or time.monotonic() - started >= self._watch_timeout
+        ran_out = time.monotonic() - started >= self._watch_timeout
+        if ran_out and not heard and self.resource_version and not self._stop.is_set():
+            self._check_server_reached(self.resource_version)
+        return progressed or ran_out
+
+    def _check_server_reached(self, resource_version: str) -> None:
+        """A watch that ran to its end without a single event or bookmark. A server sends a bookmark at least once a
+        minute and before a watch's deadline to a client that asked for them, except (kube-apiserver 1.28+) when
+        the watch starts from a resourceVersion it has not reached: then the stream stays silent and everything
+        written meanwhile is lost to it. A LIST of one item not older than our resourceVersion tells: such a server
+        answers it 504 ResourceVersionTooLarge, raised here so the loop relists as for a watch answered 504."""
+        self._metrics.silent_watches.labels(kind=self.kind).inc()
+        list_page(
+            self._rest,
+            self._path,
+            limit=1,
+            continue_token=None,
+            timeout=(CONNECT_TIMEOUT, LIST_READ_TIMEOUT),
+            not_older_than=resource_version,
+        )
 
     # --- cache -----------------------------------------------------------------------------------------------
     def _observe(

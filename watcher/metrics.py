@@ -40,6 +40,12 @@ class Metrics:
             registry=r,
         )
         self.relists = Counter("watcher_relists_total", "Full relists", ["kind", "reason"], registry=r)
+        self.silent_watches = Counter(
+            "watcher_silent_watches_total",
+            "Watches that ended with no event and no bookmark (each checked with a one-item LIST)",
+            ["kind"],
+            registry=r,
+        )
         self.buffer = Gauge("watcher_buffer_deltas", "Deltas held for sending (incl. in flight)", registry=r)
         self.buffer_capacity = Gauge("watcher_buffer_capacity", "Configured buffer capacity", registry=r)
         self.queue_lag = Histogram(

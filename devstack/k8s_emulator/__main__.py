@@ -7,6 +7,7 @@ import signal
 import threading
 
 from .emulator import Emulator
+from .store import FUTURE_WATCH_SHAPES, FUTURE_WATCH_SILENT
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,6 +37,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="feature gate LoadBalancerIPMode off (1.28, 1.29): status.loadBalancer.ingress[].ipMode is dropped",
     )
+    parser.add_argument(
+        "--future-watch",
+        choices=FUTURE_WATCH_SHAPES,
+        default=FUTURE_WATCH_SILENT,
+        help="a watch from a resourceVersion ahead of the server: a silent 200 stream (1.28+), an HTTP 504, or a "
+        "200 stream whose only event is a 504 ERROR",
+    )
     args = parser.parse_args(argv)
     tokens = dict(t.split("=", 1) for t in args.token) if args.token else None
     emu = Emulator(
@@ -47,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         tls=args.tls,
         expired_watch_in_stream=not args.expired_watch_http_410,
         load_balancer_ip_mode=not args.no_load_balancer_ip_mode,
+        future_watch=args.future_watch,
     ).start()
     if args.kubeconfig:
         emu.write_kubeconfig(args.kubeconfig, token=next(iter(emu.tokens), None))

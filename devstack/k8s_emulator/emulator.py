@@ -17,7 +17,7 @@ from .rbac import Rbac
 from .resources import Resource
 from .selectors import make_filter
 from .server import EmulatorHTTPServer
-from .store import Store
+from .store import FUTURE_WATCH_SHAPES, FUTURE_WATCH_SILENT, Store
 from .tls import ServingCert, make_serving_cert
 
 Obj = dict[str, Any]
@@ -42,6 +42,7 @@ class Emulator:
         tls: bool = False,
         expired_watch_in_stream: bool = True,
         load_balancer_ip_mode: bool = True,
+        future_watch: str = FUTURE_WATCH_SILENT,
     ) -> None:
         self.host = host
         self.port = port
@@ -56,6 +57,9 @@ class Emulator:
         self.store = Store()
         self.store.expired_watch_in_stream = expired_watch_in_stream
         self.store.load_balancer_ip_mode = load_balancer_ip_mode  # False: a 1.28/1.29 server, ipMode dropped
+        if future_watch not in FUTURE_WATCH_SHAPES:
+            raise ValueError(f"future_watch must be one of {FUTURE_WATCH_SHAPES}")
+        self.store.future_watch = future_watch  # a watch ahead of the server: see Store.future_watch
         self.rbac: Rbac | None = None  # RBAC enforcement is off until enable_rbac()
         self.stopping = False
         self._httpd: EmulatorHTTPServer | None = None

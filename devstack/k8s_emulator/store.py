@@ -30,7 +30,16 @@ from .resources import RESOURCES, Resource, by_plural
 from .watch import Event, Watcher
 
 Obj = dict[str, Any]
-Key = tuple[str, str]  # (namespace or "", name)
+Key = tuple[str, str]
+
+FUTURE_WATCH_SILENT = "silent"
+FUTURE_WATCH_HTTP_504 = "http-504"
+FUTURE_WATCH_IN_STREAM_504 = "in-stream-504"
+FUTURE_WATCH_SHAPES = (
+    FUTURE_WATCH_SILENT,
+    FUTURE_WATCH_HTTP_504,
+    FUTURE_WATCH_IN_STREAM_504,
+)  # (namespace or "", name)
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # same alphabet as apiserver's SimpleNameGenerator
 _SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
@@ -59,6 +68,12 @@ class Store:
         self.watchers: set[Watcher] = set()
         # Too-old RV at watch start: True = HTTP 200 + in-stream ERROR 410 (watch cache), False = HTTP 410.
         self.expired_watch_in_stream = True
+        # A watch from a resourceVersion the server has not reached (etcd restored from an older backup, a client
+        # that outlived its cluster). FUTURE_WATCH_SILENT (the default) is what kube-apiserver 1.28+ answered: HTTP
+        # 200 and a stream that delivers nothing, not even a bookmark, until timeoutSeconds, while only a LIST at
+        # that version answers 504; FUTURE_WATCH_HTTP_504 and FUTURE_WATCH_IN_STREAM_504 are the other shapes a
+        # server or proxy may give (504 "Too large resource version", as an answer or as the stream's ERROR event).
+        self.future_watch = FUTURE_WATCH_SILENT
         # Feature gate LoadBalancerIPMode (beta, on by default since 1.30): off, as on 1.28 and 1.29, the server drops
         # status.loadBalancer.ingress[].ipMode from every write (dropDisabledStatusFields) before validating it.
         self.load_balancer_ip_mode = True
@@ -432,9 +447,14 @@ class Store:
                     raise bad_request(f"invalid resource version {resource_version!r}")
                 start = int(str(resource_version))
                 if start > self.rv:
-                    # The watch cache waits up to 3 s for a future RV, then answers 504 "Too large resource
-                    # version" (apiserver storage/cacher, waitUntilFreshAndBlock); not waiting here.
-                    raise too_large_rv(start, self.rv)
+                    # Not waiting the watch cache's 3 s for freshness (waitUntilFreshAndBlock) here.
+                    if self.future_watch == FUTURE_WATCH_HTTP_504:
+                        raise too_large_rv(start, self.rv)
+                    if self.future_watch == FUTURE_WATCH_IN_STREAM_504:
+                        w.close(too_large_rv(start, self.rv).status())
+                    else:
+                        w.silence()  # never registered: no event of this server reaches it, no bookmark either
+                    return w
                 if start < self.compacted_rv:
                     message = f"too old resource version: {start} ({self.compacted_rv})"
                     if not self.expired_watch_in_stream:

@@ -34,6 +34,7 @@ class Watcher:
         self.predicate = predicate
         self.queue: queue.Queue[Item] = queue.Queue()
         self.closed = False
+        self.silent = False  # a watch the server cannot serve yet (see Store.future_watch): no bookmarks
 
     def _in_scope(self, ev: Event) -> bool:
         return ev.key == self.key and (self.namespace is None or ev.namespace == self.namespace)
@@ -60,8 +61,11 @@ class Watcher:
     def add_initial(self, obj: Obj) -> None:
         self.queue.put(("ADDED", obj))
 
+    def silence(self) -> None:
+        self.silent = True
+
     def bookmark(self, rv: int, initial_events_end: bool = False) -> None:
-        if not self.closed:
+        if not self.closed and not self.silent:
             self.queue.put(("BOOKMARK", (rv, initial_events_end)))
 
     def close(self, error: Obj | None = None, abort: bool = False) -> None:

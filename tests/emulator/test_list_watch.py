@@ -11,6 +11,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from devstack.k8s_emulator import Emulator
+from devstack.k8s_emulator.store import FUTURE_WATCH_HTTP_504, FUTURE_WATCH_SHAPES, FUTURE_WATCH_SILENT
 
 from .conftest import Raw, service_body
 
@@ -221,17 +222,42 @@ def test_too_old_resource_version_can_be_http_410(core: kubernetes.client.CoreV1
     assert status == 410 and body[0]["code"] == 410 and body[0]["reason"] == "Expired"
 
 
-def test_future_resource_version_is_refused(emu: Emulator, raw: Raw) -> None:
+def test_a_list_at_a_future_resource_version_is_refused(emu: Emulator, raw: Raw) -> None:
     # storage.NewTooLargeResourceVersionError: 504 Timeout, cause ResourceVersionTooLarge, retry after 1 s.
     current = int(emu.create(service_body("a"))["metadata"]["resourceVersion"])
-    for path in (f"{SVC_PATH}?resourceVersion={current + 100}", f"{SVC_PATH}?watch=1&resourceVersion={current + 100}"):
-        status, headers, body = raw.request("GET", path)
-        assert status == 504, path
+    for query in (
+        f"resourceVersion={current + 100}",
+        f"resourceVersion={current + 100}&resourceVersionMatch=NotOlderThan&limit=1",
+    ):
+        status, headers, body = raw.request("GET", f"{SVC_PATH}?{query}")
+        assert status == 504, query
         assert body["reason"] == "Timeout" and body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
         assert body["message"] == f"Timeout: Too large resource version: {current + 100}, current: {current}"
         assert headers["retry-after"] == "1"
     status, _, body = raw.request("GET", f"{SVC_PATH}?resourceVersion={current}")
     assert status == 200 and [i["metadata"]["name"] for i in body["items"]] == ["a"]
+
+
+@pytest.mark.parametrize("shape", FUTURE_WATCH_SHAPES)
+def test_a_watch_from_a_future_resource_version_in_each_shape(shape: str) -> None:
+    """1.28+ (the default): HTTP 200, then nothing until timeoutSeconds, not even a bookmark or an event written
+    meanwhile. The other shapes: HTTP 504, or HTTP 200 whose only event is the 504 as an ERROR."""
+    with Emulator(future_watch=shape, bookmark_interval=0.2) as emu:
+        current = int(emu.create(service_body("a"))["metadata"]["resourceVersion"])
+        path = f"{SVC_PATH}?watch=1&allowWatchBookmarks=true&timeoutSeconds=2&resourceVersion={current + 100}"
+        raw = Raw(emu)
+        writer = threading.Timer(0.5, lambda: emu.create(service_body("b")))
+        writer.start()
+        status, events = raw.watch(path)
+        writer.join()
+    if shape == FUTURE_WATCH_SILENT:
+        assert (status, events) == (200, [])
+    elif shape == FUTURE_WATCH_HTTP_504:
+        assert status == 504 and events[0]["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+    else:
+        assert status == 200 and [e["type"] for e in events] == ["ERROR"]
+        assert events[0]["object"]["code"] == 504
+        assert events[0]["object"]["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
 
 
 def test_compact_sends_in_stream_410_to_open_watches(emu: Emulator, raw: Raw) -> None:

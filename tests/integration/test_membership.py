@@ -36,7 +36,7 @@ from tests.integration.test_service_reconciler import Ctx, create_service, recei
 
 
 @pytest.fixture
-def table(world: World) -> MembershipStore:
+def table(world: World) -> MembershipTable:
     ddb = boto3.client("dynamodb", region_name="us-east-1")
     ddb.create_table(
         TableName="members",
@@ -229,7 +229,7 @@ def test_safety_pass_keeps_a_node_that_joined_after_its_list(
     table: MembershipTable, kube: Kube, emulator: Emulator, world: World, monkeypatch: pytest.MonkeyPatch
 ):
     """A member written after the pass's LIST (newer resourceVersion) is not taken for a missed deletion."""
-    sqs, url = _services_queue()
+    _, url = _services_queue()
     updater = MembershipUpdater(table, world.clients.queue(url))
     nodes, list_rv = kube.list_nodes_at()
     table.seed((n["metadata"]["name"], model.member_record(n), int(n["metadata"]["resourceVersion"])) for n in nodes)

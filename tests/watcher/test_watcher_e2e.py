@@ -15,6 +15,7 @@ from moto.server import ThreadedMotoServer
 
 from ccm.contracts.messages import Delta, parse_delta
 from devstack.k8s_emulator import Emulator
+from devstack.k8s_emulator.store import FUTURE_WATCH_SHAPES, FUTURE_WATCH_SILENT
 from tests.watcher.conftest import free_port, receive_all, sqs_client, wait_until
 from tests.watcher.objects import node, service
 from watcher.app import Watcher
@@ -404,13 +405,17 @@ def test_a_delta_larger_than_an_sqs_message_is_trimmed_not_dropped(
     assert metric(watcher, "watcher_deltas_dropped_total", kind="Service", reason="rejected") == 0
 
 
+@pytest.mark.parametrize("shape", FUTURE_WATCH_SHAPES)
 def test_a_server_behind_the_watchers_resource_version_is_relisted_not_retried_forever(
-    emulator: Emulator, make_watcher: MakeWatcher, sqs: Any, queues: dict[str, str]
+    shape: str, emulator: Emulator, make_watcher: MakeWatcher, sqs: Any, queues: dict[str, str]
 ) -> None:
-    # An API server whose etcd was restored from an older backup answers a watch from a newer resourceVersion with
-    # 504 "Too large resource version" (ResourceVersionTooLarge). Resuming can never work: client-go relists.
+    # An API server whose etcd was restored from an older backup cannot serve a watch from a newer resourceVersion.
+    # kube-apiserver 1.28 answers it 200 and stays silent until timeoutSeconds (no event, no bookmark: what is
+    # written meanwhile never arrives); others answer 504 "Too large resource version", as the answer or as the
+    # stream's ERROR event. Resuming can never work: whatever the shape, the watcher relists (as client-go does).
+    emulator.store.future_watch = shape
     emulator.create(service("a"))
-    watcher = make_watcher()
+    watcher = make_watcher(watch_timeout_seconds=2)  # a silent watch is known for one only once it has ended
     assert summary(deltas(sqs, queues["Service"], expect=1)) == [("SYNC", "default/a")]
     with emulator.store.lock:
         emulator.store.rv = 1  # the restored store is behind every resourceVersion the watcher has seen
@@ -418,3 +423,6 @@ def test_a_server_behind_the_watchers_resource_version_is_relisted_not_retried_f
     wait_until(lambda: metric(watcher, "watcher_relists_total", kind="Service", reason="too_large_rv") >= 1, 30)
     emulator.create(service("b"))
     assert ("ADDED", "default/b") in summary(deltas(sqs, queues["Service"], expect=1))
+    # Only a watch that heard nothing at all is checked: a healthy one always gets its bookmarks.
+    silent = metric(watcher, "watcher_silent_watches_total", kind="Service")
+    assert (silent >= 1) if shape == FUTURE_WATCH_SILENT else (silent == 0)

@@ -18,12 +18,23 @@ from ccm.k8s.rest import ApiError, KubeRest
 
 
 def list_page(
-    rest: KubeRest, path: str, *, limit: int, continue_token: str | None, timeout: tuple[float, float]
+    rest: KubeRest,
+    path: str,
+    *,
+    limit: int,
+    continue_token: str | None,
+    timeout: tuple[float, float],
+    not_older_than: str | None = None,
 ) -> dict[str, Any]:
-    """One page of a paginated list (`limit`/`continue`), read and parsed: one page in memory at a time."""
+    """One page of a paginated list (`limit`/`continue`), read and parsed: one page in memory at a time.
+    `not_older_than`: a resourceVersion the answer must be at least as new as (resourceVersionMatch=NotOlderThan):
+    a server that has not reached it answers 504 ResourceVersionTooLarge."""
     query: dict[str, str | int] = {"limit": limit}
     if continue_token:
         query["continue"] = continue_token
+    if not_older_than:
+        query["resourceVersion"] = not_older_than
+        query["resourceVersionMatch"] = "NotOlderThan"
     response = rest.open(path, query=query, timeout=timeout)
     try:
         page: dict[str, Any] = json.loads(response.read())
