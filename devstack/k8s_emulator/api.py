@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import kinds, resources, tables
-from .bodies import decode_body
+from .bodies import decode_body, require_object_media_type
 from .errors import ApiError, bad_request, field_manager_required, invalid_error, too_large_rv
 from .patch import MalformedPatch, PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import Resource
@@ -194,6 +194,7 @@ class Api:
         return make_filter(labels, fields), bool(labels or fields)
 
     def _body_object(self, res: Resource, req: Request) -> Obj:
+        require_object_media_type(req)
         body = decode_body(req)
         if not isinstance(body, dict):
             raise bad_request(

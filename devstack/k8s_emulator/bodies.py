@@ -15,6 +15,21 @@ if TYPE_CHECKING:
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 BODY_TYPES = ("application/json", "application/yaml", f"{PROTOBUF} (Namespace, ConfigMap, ServiceAccount, Service)")
+# What a create or a replace (POST, PUT) may be sent as: the serializers' media types, nothing else (a patch type
+# is only for PATCH). kube-apiserver's NegotiateInputSerializer answers anything else 415.
+OBJECT_TYPES = ("application/json", "application/yaml", PROTOBUF)
+
+
+def require_object_media_type(req: Request) -> None:
+    """415 UnsupportedMediaType for a create or replace whose body is not an object's media type (an empty
+    Content-Type is taken as JSON)."""
+    ctype = req.content_type.split(";")[0].strip()
+    if ctype and ctype not in OBJECT_TYPES:
+        raise ApiError(
+            415,
+            f"the body of the request was in an unknown format - accepted media types include: {', '.join(OBJECT_TYPES)}",
+            "UnsupportedMediaType",
+        )
 
 
 def decode_body(req: Request) -> Any:

@@ -204,3 +204,20 @@ def test_a_uid_in_a_patch_is_no_precondition_but_an_immutable_field(
     live["metadata"]["uid"] = "other-uid"
     status, _, body = raw.request("PUT", path, live)
     assert status == 409 and "Precondition failed: UID in precondition" in body["message"]
+
+
+@pytest.mark.parametrize("ctype", [MERGE, JSON, SMP, "text/plain"])
+def test_a_create_or_replace_sent_as_a_patch_type_is_unsupported(raw: Raw, ctype: str) -> None:
+    """NegotiateInputSerializer: POST and PUT take the serializers' media types only; a patch type is 415."""
+    accepted = "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+    status, _, body = raw.request("POST", "/api/v1/namespaces/default/services", service_body("web"), ctype)
+    assert (status, body["reason"]) == (415, "UnsupportedMediaType")
+    assert (
+        body["message"]
+        == f"the body of the request was in an unknown format - accepted media types include: {accepted}"
+    )
+    status, _, _ = raw.request("POST", "/api/v1/namespaces/default/services", service_body("web"))
+    assert status == 201
+    live = raw.request("GET", "/api/v1/namespaces/default/services/web")[2]
+    status, _, body = raw.request("PUT", "/api/v1/namespaces/default/services/web", live, ctype)
+    assert status == 415
