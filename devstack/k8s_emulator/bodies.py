@@ -27,7 +27,8 @@ def require_object_media_type(req: Request) -> None:
     if ctype and ctype not in OBJECT_TYPES:
         raise ApiError(
             415,
-            f"the body of the request was in an unknown format - accepted media types include: {', '.join(OBJECT_TYPES)}",
+            "the body of the request was in an unknown format - accepted media types include: "
+            + ", ".join(OBJECT_TYPES),
             "UnsupportedMediaType",
         )
 
