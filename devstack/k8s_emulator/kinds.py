@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from . import defaults
 from .errors import FieldError, forbidden, invalid, invalid_error, required
@@ -164,7 +164,21 @@ def prepare_create(res: Resource, obj: Obj, siblings: Siblings) -> None:
     _validate(res, obj, None)
     if res.kind == "Service":
         defaults.prepare_create(obj, siblings())
+    if res.kind == "Node":
+        _taint_not_ready(obj)
     omit_empty(res, obj)
+
+
+NOT_READY_TAINT: Final = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+
+
+def _taint_not_ready(node: Obj) -> None:
+    """Admission plugin TaintNodesByCondition (on by default): every Node is created with the not-ready NoSchedule
+    taint, whatever its conditions say; it stays until something removes it (the node lifecycle controller, once
+    the node is Ready)."""
+    taints = node.setdefault("spec", {}).setdefault("taints", [])
+    if not any(t.get("key") == NOT_READY_TAINT["key"] and t.get("effect") == "NoSchedule" for t in taints):
+        taints.append(dict(NOT_READY_TAINT))
 
 
 def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subresource: str | None) -> Obj:

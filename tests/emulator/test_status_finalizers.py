@@ -133,6 +133,26 @@ def test_delete_http_codes(raw: Raw, core: kubernetes.client.CoreV1Api) -> None:
     assert status == 200 and obj["metadata"]["name"] == "plain"
 
 
+def test_a_new_node_is_tainted_not_ready_until_something_removes_it(emu: Emulator, raw: Raw) -> None:
+    """TaintNodesByCondition admission: on create only, added once (a Node sent with it keeps one), kept by later
+    writes that do not remove it (status updates, a Ready condition), gone once a write removes it."""
+    not_ready = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    status, _, node = raw.request(
+        "POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}, "status": ready}
+    )
+    assert status == 201 and node["spec"]["taints"] == [not_ready]
+    theirs = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "b"}, "spec": {"taints": [theirs, not_ready]}}
+    assert raw.request("POST", "/api/v1/nodes", body)[2]["spec"]["taints"] == [theirs, not_ready]
+    status, _, node = raw.request("PATCH", "/api/v1/nodes/a/status", {"status": ready}, MERGE)
+    assert status == 200 and node["spec"]["taints"] == [not_ready]
+    status, _, node = raw.request("PATCH", "/api/v1/nodes/a", {"metadata": {"labels": {"x": "y"}}}, MERGE)
+    assert node["spec"]["taints"] == [not_ready]
+    status, _, node = raw.request("PATCH", "/api/v1/nodes/a", {"spec": {"taints": None}}, MERGE)
+    assert status == 200 and "taints" not in node["spec"]
+
+
 def test_empty_finalizers_and_taints_are_omitted(raw: Raw, core: kubernetes.client.CoreV1Api, emu: Emulator) -> None:
     # Go's `omitempty`: the real server never returns `finalizers: []` or `taints: []`.
     body = service_body("web")
@@ -143,7 +163,10 @@ def test_empty_finalizers_and_taints_are_omitted(raw: Raw, core: kubernetes.clie
     )
     assert status == 200 and "finalizers" not in svc["metadata"]
     emu.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"taints": []}})
-    assert "taints" not in emu.get("nodes", None, "n1")["spec"]
+    # Admission (TaintNodesByCondition) taints every new Node not-ready, whatever it was sent with.
+    assert emu.get("nodes", None, "n1")["spec"]["taints"] == [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    ]
     taint = {"key": "k", "effect": "NoSchedule"}
     assert raw.request("PATCH", "/api/v1/nodes/n1", {"spec": {"taints": [taint]}}, MERGE)[2]["spec"]["taints"]
     status, _, node = raw.request("PATCH", "/api/v1/nodes/n1", {"spec": {"taints": []}}, MERGE)

@@ -207,6 +207,9 @@ def h(cloud: Cloud, tmp_path: Path) -> Iterator[Harness]:
     harness.sqs.delete_queue(QueueUrl=harness.queue_url)
 
 
+NOT_READY = "node.kubernetes.io/not-ready"  # every new Node gets it from admission (TaintNodesByCondition)
+
+
 def test_tainted_node_joins_by_name_then_by_provider_id(h: Harness) -> None:
     inst = h.instance(0)
     name = inst["PrivateDnsName"]
@@ -219,7 +222,8 @@ def test_tainted_node_joins_by_name_then_by_provider_id(h: Harness) -> None:
     assert node is not None
     zone = inst["Placement"]["AvailabilityZone"]
     assert node["spec"]["providerID"] == f"aws:///{zone}/{inst['InstanceId']}"
-    assert not node["spec"].get("taints")
+    # Only our uninitialized taint went: admission's not-ready one is the node lifecycle controller's to remove.
+    assert [t["key"] for t in node["spec"].get("taints") or []] == [NOT_READY]
     labels = node["metadata"]["labels"]
     assert labels[m.INSTANCE_TYPE] == labels[m.BETA_INSTANCE_TYPE] == inst["InstanceType"]
     assert labels[m.ZONE] == labels[m.BETA_ZONE] == zone
@@ -234,7 +238,7 @@ def test_tainted_node_joins_by_name_then_by_provider_id(h: Harness) -> None:
     second = h.instance(1)
     h.create_node("second", provider_id=f"aws:///{second['Placement']['AvailabilityZone']}/{second['InstanceId']}")
     assert h.aws_calls(lambda: h.delta("second", "ADDED")) == Counter({"ec2:DescribeInstances": 1})
-    assert not h.read("second")["spec"].get("taints")
+    assert [t["key"] for t in h.read("second")["spec"].get("taints") or []] == [NOT_READY]
 
     # A Ready, initialised node costs no AWS call at all.
     h.set_ready(name, "True")
@@ -333,7 +337,7 @@ def test_stopped_instance_taints_its_node_until_ready_again(h: Harness) -> None:
     h.ec2.start_instances(InstanceIds=[inst["InstanceId"]])
     h.set_ready("sleepy", "True")
     assert h.aws_calls(lambda: h.delta("sleepy")) == Counter()
-    assert "taints" not in h.read("sleepy")["spec"]  # the real server omits an empty list
+    assert [t["key"] for t in h.read("sleepy")["spec"]["taints"]] == [NOT_READY]  # ours went, admission's stays
 
 
 def test_safety_pass_one_describe_for_all_nodes(h: Harness) -> None:
@@ -401,7 +405,7 @@ def test_conflict_is_resolved_by_re_planning(h: Harness) -> None:
     )
     result = h.runtime.sync.sync_one(stale)
     assert result.initialised
-    assert [t["key"] for t in h.read(name)["spec"]["taints"]] == ["theirs"]
+    assert [t["key"] for t in h.read(name)["spec"]["taints"]] == [NOT_READY, "theirs"]
 
 
 def test_pass_context_shape(h: Harness) -> None:

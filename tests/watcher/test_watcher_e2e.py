@@ -285,10 +285,10 @@ def test_node_join_heartbeat_and_ready_flip(
         "nodes",
         None,
         "n1",
-        lambda n: n["spec"].update(taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]),
+        lambda n: n["spec"].update(taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]),
     )
-    [tainted] = deltas(sqs, url, expect=1)
-    assert tainted.object["taints"] == [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    [tainted] = deltas(sqs, url, expect=1)  # admission's not-ready taint replaced by the lifecycle controller's
+    assert tainted.object["taints"] == [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]
 
 
 # --- resync, overflow, health ---------------------------------------------------------------------------------
