@@ -155,8 +155,9 @@ def validate_metadata(meta: dict[str, Any], name_check: str) -> list[FieldError]
         if not isinstance(finalizers, list):
             errs.append(invalid("metadata.finalizers", finalizers, "must be a list of strings"))
         else:
-            for fin in finalizers:
-                errs += validate_finalizer_name(fin, "metadata.finalizers")
+            # Each finalizer by its index, as kube-apiserver names it: `metadata.finalizers[0]: Invalid value: ...`.
+            for i, fin in enumerate(finalizers):
+                errs += validate_finalizer_name(fin, f"metadata.finalizers[{i}]")
     return errs
 
 

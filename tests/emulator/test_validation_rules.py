@@ -90,13 +90,17 @@ def test_valid_source_ranges_are_accepted(emu: Emulator) -> None:
 )
 def test_finalizer_names(raw: Raw, finalizer: str, ok: bool) -> None:
     body = service_body("f")
-    body["metadata"]["finalizers"] = [finalizer]
+    body["metadata"]["finalizers"] = ["example.com/first", finalizer]
     status, _, out = raw.request("POST", SVC, body)
     assert (status == 201) == ok, out
-    if not ok:
-        assert status == 422 and out["details"]["causes"][0]["field"] == "metadata.finalizers"
+    if not ok:  # each finalizer named by its index, as kube-apiserver does
+        assert status == 422 and out["details"]["causes"][0]["field"] == "metadata.finalizers[1]"
+        assert out["message"].startswith('Service "f" is invalid: metadata.finalizers[1]: Invalid value: ')
     if finalizer == "cleanup":
-        assert "name is neither a standard finalizer name nor is it fully qualified" in out["message"]
+        assert out["message"] == (
+            'Service "f" is invalid: metadata.finalizers[1]: Invalid value: "cleanup": '
+            "name is neither a standard finalizer name nor is it fully qualified"
+        )
 
 
 def test_node_provider_id_and_pod_cidrs_only_go_from_unset(raw: Raw, emu: Emulator) -> None:
