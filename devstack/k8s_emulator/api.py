@@ -8,6 +8,7 @@ from typing import Any
 from . import kinds, resources, tables
 from .bodies import decode_body, require_object_media_type
 from .errors import ApiError, bad_request, field_manager_required, invalid_error, too_large_rv
+from .managed_fields import Writer, writer_of
 from .patch import MalformedPatch, PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import Resource
 from .selectors import make_filter, parse_field_selector, parse_label_selector
@@ -32,6 +33,11 @@ class Request:
     accept: str = "application/json"
     content_type: str = "application/json"
     body: bytes = b""
+    user_agent: str = ""
+
+    def writer(self, apply: bool = False) -> Writer:
+        """Who writes, as the managedFields entry names it."""
+        return writer_of(self.query.get("fieldManager"), self.user_agent, apply)
 
 
 @dataclass
@@ -264,7 +270,7 @@ class Api:
         meta = body.get("metadata") or {}
         if res.namespaced and meta.get("namespace") and meta["namespace"] != route.namespace:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
-        obj = self.store.create(res, route.namespace, body, dry_run(req))
+        obj = self.store.create(res, route.namespace, body, dry_run(req), req.writer())
         return self._object_response(201, res, obj, req)
 
     def _update(self, route: Route, req: Request) -> Response:
@@ -279,6 +285,7 @@ class Api:
             route.subresource,
             create_missing=res.allow_create_on_update and route.subresource is None,
             dry_run=dry_run(req),
+            writer=req.writer(),
         )
         return self._object_response(201 if created else 200, res, obj, req)
 
@@ -330,6 +337,7 @@ class Api:
             create_missing=apply and route.subresource is None,
             dry_run=dry_run(req),
             uid_precondition=False,
+            writer=req.writer(apply),
         )
         return self._object_response(201 if created else 200, res, obj, req)
 

@@ -162,6 +162,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.headers.get("Accept", "application/json"),
                 self.headers.get("Content-Type", "application/json"),
                 body,
+                self.headers.get("User-Agent", ""),
             )
             result = emu.api.handle(req)
         except ApiError as exc:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import kinds
+from . import kinds, managed_fields
 from .errors import (
     ApiError,
     already_exists,
@@ -26,6 +26,7 @@ from .errors import (
     status_body,
     too_large_rv,
 )
+from .managed_fields import IN_PROCESS, Writer
 from .resources import RESOURCES, Resource, by_plural
 from .watch import Event, Watcher
 
@@ -202,8 +203,11 @@ class Store:
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, res: Resource, namespace: str | None, obj: Obj, dry_run: bool = False) -> Obj:
-        """``dry_run``: defaulting, validation and conflict checks only; nothing is stored or emitted."""
+    def create(
+        self, res: Resource, namespace: str | None, obj: Obj, dry_run: bool = False, writer: Writer = IN_PROCESS
+    ) -> Obj:
+        """``dry_run``: defaulting, validation and conflict checks only; nothing is stored or emitted. ``writer``:
+        who writes (the managedFields entry)."""
         with self.lock:
             obj = copy.deepcopy(obj)
             meta = obj.setdefault("metadata", {})
@@ -230,6 +234,7 @@ class Store:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_rfc3339()
             meta["generation"] = 1
+            meta["managedFields"] = managed_fields.record([], None, obj, writer, res.api_version, None, now_rfc3339())
             if dry_run:
                 return copy.deepcopy(obj)
             self._next_rv(obj)
@@ -247,6 +252,7 @@ class Store:
         create_missing: bool = False,
         dry_run: bool = False,
         uid_precondition: bool = True,
+        writer: Writer = IN_PROCESS,
     ) -> tuple[Obj, bool]:
         """Read-modify-write under the lock. ``build`` gets a copy of the current object (None when
         missing) and returns the desired object. Returns (stored object, created?).
@@ -264,7 +270,7 @@ class Store:
                 self._check_url_identity(res, new, namespace, name)
                 if _rv_of(new):
                     raise not_found(res.plural, res.group, name)
-                return self.create(res, namespace, new, dry_run), True
+                return self.create(res, namespace, new, dry_run, writer), True
             new = build(copy.deepcopy(current))
             if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
                 raise bad_request("the request body must be a JSON object with an object metadata")
@@ -300,11 +306,17 @@ class Store:
             stored = kinds.prepare_update(res, new, copy.deepcopy(current), self._siblings(res, key), subresource)
             self._drop_disabled_fields(res, stored)  # nor defaulted (the gate's defaulting is off too)
             stored["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
+            if "managedFields" in cur_meta:
+                stored["metadata"]["managedFields"] = copy.deepcopy(cur_meta["managedFields"])
             if _spec_part(stored) != _spec_part(current):
                 stored["metadata"]["generation"] = int(cur_meta.get("generation", 1)) + 1
             if stored == current:
                 # Like etcd: an update that changes nothing writes nothing (no new RV, no event).
                 return copy.deepcopy(current), False
+            entries = cur_meta.get("managedFields") or []
+            stored["metadata"]["managedFields"] = managed_fields.record(
+                entries, current, stored, writer, res.api_version, subresource, now_rfc3339()
+            )
             if dry_run:
                 return copy.deepcopy(stored), False
             self._next_rv(stored)
