@@ -251,6 +251,8 @@ def test_lambda_roles_together_grant_exactly_the_calls_the_functions_make() -> N
         ("nodes", "delete"),
         ("nodes/status", "patch"),
         ("events", "create"),
+        ("events", "get"),  # a repeat: read the Event another environment made, then raise its count
+        ("events", "patch"),
     }
     assert set().union(*(granted(role) for role in lambda_roles().values())) == used
     assert {o["kind"] for o in render("lambda-rbac")} == {"ClusterRole", "ClusterRoleBinding"}
@@ -355,7 +357,9 @@ def test_server_dry_run_still_validates(emu: Emulator, tmp_path: Path) -> None:
     refused = kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(missing_ns), check=False)
     assert refused.returncode != 0 and "not found" in refused.stderr
     unknown = emu.url + "/api/v1/namespaces/default/serviceaccounts?dryRun=Some"
-    request = urllib.request.Request(unknown, data=b'{"metadata":{"name":"x"}}', method="POST")
+    request = urllib.request.Request(
+        unknown, data=b'{"metadata":{"name":"x"}}', method="POST", headers={"Content-Type": "application/json"}
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=5)
     assert err.value.code == 400

@@ -26,7 +26,7 @@ from devstack.stack import Stack, StackConfig
 from tests.deploy.conftest import kubectl_binary, rendered_text
 from tests.e2e.helpers import create_lb_service, hostname
 from tests.e2e.test_nodes import create_node, launch, provider_id, read_node
-from tests.e2e.test_routes import condition, expected, pod_routes
+from tests.e2e.test_routes import condition, expected, pod_routes, safety_pass
 
 WATCHER_USER = "system:serviceaccount:serverless-ccm:serverless-ccm-watcher"
 # What an EKS access entry authenticates each function's role as; its group comes from its KubernetesGroups.
@@ -125,6 +125,44 @@ def test_the_sweeper_runs_under_its_own_group(stack: Stack) -> None:
     swept = stack.runner.invoke("SweeperFunction", {**scheduled, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
     assert swept is not None and "error" not in swept and swept["response"]["failed"] == 0, swept
     assert swept["response"]["kube_calls"] >= 1
+
+
+def test_the_routes_and_sweeper_functions_post_their_events_under_their_own_groups(stack: Stack) -> None:
+    """The events grants of the routes and sweeper groups are exercised: a route that cannot be made (its instance
+    terminated) is a FailedToCreateRoute Warning on the Node, a listener moved by hand is a DriftRepaired Warning on
+    the Service, each posted by its function's own user and naming it as the source."""
+    assert stack.world is not None and stack.runner is not None and stack.emulator is not None
+    admin = core_as(stack.kubeconfig)
+
+    def events(namespace: str, reason: str) -> list[Any]:
+        return [e for e in admin.list_namespaced_event(namespace).items if e.reason == reason]
+
+    victim = stack.world.instances[-1]
+    node = stack.world.node_objects()[-1]["metadata"]["name"]
+    stack.aws("ec2").terminate_instances(InstanceIds=[victim.instance_id])
+    safety_pass(stack)
+    (failed,) = stack.wait_for(lambda: events("default", "FailedToCreateRoute"), timeout=60, what="route Warning")
+    assert (failed.involved_object.kind, failed.involved_object.name) == ("Node", node)
+    assert failed.source.component == "serverless-ccm/route-controller"
+
+    svc = admin.read_namespaced_service("rbac-web", "default")
+    elbv2 = stack.aws("elbv2")
+    lb_name = ("a" + svc.metadata.uid.replace("-", ""))[:32]
+    lb_arn = elbv2.describe_load_balancers(Names=[lb_name])["LoadBalancers"][0]["LoadBalancerArn"]
+    (listener,) = [ls for ls in elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"] if ls["Port"] == 80]
+    elbv2.modify_listener(ListenerArn=listener["ListenerArn"], Port=8080)
+    scheduled = {"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events"}
+    swept = stack.runner.invoke("SweeperFunction", {**scheduled, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    assert swept is not None and swept["response"]["requeued"] >= 1, swept
+    (drift,) = events("default", "DriftRepaired")
+    assert (drift.involved_object.name, drift.source.component) == ("rbac-web", "serverless-ccm/sweeper")
+
+    posted = {
+        (e["user"], e["status"])
+        for e in stack.emulator.request_log.snapshot()
+        if e["method"] == "POST" and e["path"].endswith("/events")
+    }
+    assert {(USERS["routes"], 201), (USERS["sweeper"], 201)} <= posted
 
 
 def test_nothing_the_watcher_or_functions_did_was_refused(stack: Stack) -> None:

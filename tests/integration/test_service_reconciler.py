@@ -67,7 +67,14 @@ def stack(world: World, emulator: Emulator, tmp_path: Path) -> Iterator[dict[str
         Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
         world.clients,
     )
-    yield {"core": client.CoreV1Api(api_client), "runtime": runtime, "sqs": sqs, "queue_url": queue_url}
+    yield {
+        "core": client.CoreV1Api(api_client),
+        "runtime": runtime,
+        "sqs": sqs,
+        "queue_url": queue_url,
+        "kubeconfig": str(tmp_path / "kubeconfig"),
+        "world": world,
+    }
 
 
 def create_service(core: client.CoreV1Api, name: str = "web", **spec: Any) -> dict[str, Any]:
@@ -153,7 +160,7 @@ def test_create_update_delete_round_trip(stack: dict[str, Any], world: World, em
     emulator.clear_log()
     world.clients.counter.reset_thread()
     invoke(stack, [delta_for("Service", "MODIFIED", live).to_body()])
-    assert not [r for r in emulator.request_log if r["method"] == "PATCH"]
+    assert not [r for r in emulator.request_log if r["method"] == "PATCH" and "/services/" in r["path"]]
 
     # Update ports
     core.patch_namespaced_service(
@@ -417,3 +424,27 @@ def test_a_classic_elb_with_nlb_only_annotations_is_told_they_are_ignored(stack:
     assert _notices(core) == {
         "AnnotationIgnored": [f"{prefix}ip-address-type: applies to NLBs only, ignored on this CLB"]
     }  # no scheme notice: the Load Balancer Controller makes no Classic ELBs
+
+
+def test_a_repeated_warning_is_one_event_whose_count_grows(stack: dict[str, Any]):
+    """client-go's recorder aggregates repeats; a Lambda keeps no recorder, so the Event's name is its key: however
+    many times (and in however many execution environments) a Service fails the same way, one Event counts them.
+    It names us as its source, never EKS's built-in service-controller, and keeps upstream's reason."""
+    core = stack["core"]
+    svc = create_service(core, "sctp", ports=[{"name": "s", "port": 7777, "protocol": "SCTP"}])
+    for _ in range(3):
+        invoke(stack, [delta_for("Service", "MODIFIED", svc).to_body()])
+    # A cold execution environment (no memory of the Event): the create meets it, and it counts on from there.
+    cold = build_service_runtime(
+        Settings(CLUSTER, stack["world"].vpc_id, default_lb_type="nlb"),
+        Kube(from_kubeconfig(stack["kubeconfig"])),
+        stack["world"].clients,
+    )
+    cold.handle_batch(sqs_event(stack, [delta_for("Service", "MODIFIED", svc).to_body()]), Ctx())
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    (warning,) = [e for e in events if e["reason"] == "SyncLoadBalancerFailed"]
+    assert warning["count"] == 4 and warning["type"] == "Warning" and "SCTP" in warning["message"]
+    assert warning["source"]["component"] == warning["reportingComponent"] == "serverless-ccm/service-controller"
+    assert warning["firstTimestamp"] <= warning["lastTimestamp"]
+    assert len({(e["type"], e["reason"]) for e in events}) == len(events)  # nothing said twice
+    assert sum(e["count"] for e in events) == 4 * len(events)  # each as often as it happened

@@ -25,15 +25,32 @@ def _rules(allowed: bool, *specs: str) -> tuple[RbacRule, ...]:
 # what it must not have: what another function needs (least privilege per function) and what none does.
 NEVER = ("delete services", "get secrets")
 LAMBDA_RULES: dict[RoleKind, tuple[RbacRule, ...]] = {
-    "services": _rules(True, "get services", "patch services", "patch services/status", "list nodes", "create events")
+    "services": _rules(
+        True,
+        "get services",
+        "patch services",
+        "patch services/status",
+        "list nodes",
+        "create events",
+        "get events",
+        "patch events",
+    )
     + _rules(False, "patch nodes", "delete nodes", "patch nodes/status", *NEVER),
     "nodes": _rules(
-        True, "get nodes", "list nodes", "patch nodes", "delete nodes", "patch nodes/status", "create events"
+        True,
+        "get nodes",
+        "list nodes",
+        "patch nodes",
+        "delete nodes",
+        "patch nodes/status",
+        "create events",
+        "get events",
+        "patch events",
     )
     + _rules(False, "get services", "patch services", "patch services/status", *NEVER),
-    "routes": _rules(True, "list nodes", "patch nodes/status", "create events")
+    "routes": _rules(True, "list nodes", "patch nodes/status", "create events", "get events", "patch events")
     + _rules(False, "patch nodes", "delete nodes", "patch services", "patch services/status", *NEVER),
-    "sweeper": _rules(True, "list services", "create events")
+    "sweeper": _rules(True, "list services", "create events", "get events", "patch events")
     + _rules(False, "patch services", "list nodes", "delete nodes", "patch nodes", *NEVER),
 }
 # The watcher only lists and watches (watcher/informer.py).

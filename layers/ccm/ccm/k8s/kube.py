@@ -3,22 +3,15 @@ slower than the reconcile itself and the decisions work on dicts anyway)."""
 
 from __future__ import annotations
 
-import secrets
-from datetime import UTC, datetime
 from typing import Any
 
 from ccm.contracts.cloud import KubeObject
+from ccm.k8s.events import SERVICE_CONTROLLER, EventRecorder, now
 from ccm.k8s.rest import JSON_PATCH, MERGE_PATCH, ApiError, KubeRest, quote
 
 UID_TEST_PATH = "/metadata/uid"  # named by the 422 of a failed test: "testing value /metadata/uid failed"
 
 __all__ = ["MERGE_PATCH", "ApiError", "Kube", "KubeRest", "node_path", "now", "service_path"]
-
-EVENT_COMPONENT = "service-controller"
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def service_path(namespace: str, name: str) -> str:
@@ -35,6 +28,7 @@ class Kube:
     def __init__(self, api: KubeRest, reporting_instance: str = "serverless-ccm") -> None:
         self.api = api
         self.reporting_instance = reporting_instance
+        self.events = EventRecorder(api, reporting_instance)
 
     def get_service(self, namespace: str, name: str) -> KubeObject | None:
         try:
@@ -99,7 +93,9 @@ class Kube:
             raise
         return written
 
-    def record_event(self, obj: KubeObject, event_type: str, reason: str, message: str) -> None:
+    def record_event(
+        self, obj: KubeObject, event_type: str, reason: str, message: str, component: str = SERVICE_CONTROLLER
+    ) -> None:
         meta = obj["metadata"]
         involved = {
             "apiVersion": obj.get("apiVersion", "v1"),
@@ -109,7 +105,7 @@ class Kube:
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
         }
-        self.post_event(involved, event_type, reason, message)
+        self.post_event(involved, event_type, reason, message, component)
 
     def post_event(
         self,
@@ -117,25 +113,7 @@ class Kube:
         event_type: str,
         reason: str,
         message: str,
-        component: str = EVENT_COMPONENT,
+        component: str = SERVICE_CONTROLLER,
     ) -> None:
-        """A core/v1 Event about `involved` (an involvedObject). Events about cluster-scoped objects (Nodes) live in
-        "default", as upstream's recorder puts them."""
-        namespace = involved.get("namespace") or "default"
-        stamp = now()
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{involved['name']}.{secrets.token_hex(8)}", "namespace": namespace},
-            "involvedObject": involved,
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": component},
-            "reportingComponent": component,
-            "reportingInstance": self.reporting_instance,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        self.api.post(f"/api/v1/namespaces/{quote(namespace)}/events", event)
+        """A core/v1 Event about `involved` (an involvedObject), aggregated with its repeats (ccm.k8s.events)."""
+        self.events.post(involved, event_type, reason, message, component)

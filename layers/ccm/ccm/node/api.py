@@ -7,16 +7,15 @@ lists (a strategic merge would merge addresses by `type`, which mangles several 
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from ccm.contracts.cloud import KubeObject
+from ccm.k8s.events import NODE_CONTROLLER
 from ccm.k8s.kube import Kube, node_path
 from ccm.k8s.rest import ApiError
 
 # Upstream's event sources: initialisation events come from the cloud node controller, deletions from the
 # cloud node lifecycle controller.
-NODE_CONTROLLER: Final = "cloud-node-controller"
-LIFECYCLE_CONTROLLER: Final = "cloud-node-lifecycle-controller"
 
 
 class Conflict(Exception):

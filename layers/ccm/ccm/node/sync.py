@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ccm.contracts.cloud import InstanceMetadata, Instances, KubeObject
+from ccm.k8s.events import NODE_LIFECYCLE_CONTROLLER as LIFECYCLE_CONTROLLER
 from ccm.node import lifecycle as lc
 from ccm.node import model as m
-from ccm.node.api import LIFECYCLE_CONTROLLER, Conflict, NodeApi, describe_error
+from ccm.node.api import Conflict, NodeApi, describe_error
 from ccm.node.plan import DELETING_FAILED, NodePlan, plan_node
 
 log = logging.getLogger(__name__)

@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from ccm.contracts.kube import KubeObject
+from ccm.k8s.events import ROUTE_CONTROLLER
 from ccm.k8s.kube import Kube, node_path
 from ccm.k8s.rest import STRATEGIC_MERGE_PATCH, ApiError, KubeRest
 from ccm.route.plan import NodeRoutes
-
-EVENT_COMPONENT = "route_controller"  # upstream's event source for route events
 
 
 class RouteKube:
@@ -36,4 +35,4 @@ class RouteKube:
 
     def record_node_event(self, node: NodeRoutes, event_type: str, reason: str, message: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid}
-        self.nodes.post_event(involved, event_type, reason, message, EVENT_COMPONENT)
+        self.nodes.post_event(involved, event_type, reason, message, ROUTE_CONTROLLER)

@@ -24,6 +24,7 @@ from ccm.call_metrics import add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import KubeObject
 from ccm.contracts.store import OrphanMarks
+from ccm.k8s.events import SWEEPER
 from ccm.k8s.kube import Kube, KubeRest
 from ccm.logs import log_fields
 from ccm.sweeper import drift as d
@@ -229,7 +230,7 @@ class Sweeper:
 
     def _event(self, svc: KubeObject, event_type: str, reason: str, message: str) -> None:
         try:
-            self.kube.record_event(svc, event_type, reason, message)
+            self.kube.record_event(svc, event_type, reason, message, SWEEPER)
         except Exception:  # events are best effort
             log.warning("could not record event %s", reason, exc_info=True)
 
