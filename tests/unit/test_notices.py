@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 from ccm.aws.lbconfig import PREFIX, LbType, parse_load_balancer_config
+from ccm.aws.lbconfig.exposure import HIGH_RISK_PORTS
+from ccm.aws.lbconfig.exposure import REASON as EXPOSURE
 from ccm.aws.lbconfig.notices import DIFFERS, IGNORED, SCHEME_DEFAULT, annotation_notices, main
 
 
@@ -85,3 +87,34 @@ def test_the_pre_switch_listing_names_each_services_warnings(capsys: Any, monkey
         ["b/bad", "SyncLoadBalancerFailed"],
     ]
     assert f"{PREFIX}name: only the AWS Load Balancer Controller understands it" in lines[0]
+
+
+# Security Hub EC2.19's rule, as data: a rule from 0.0.0.0/0 or ::/0 to one of these ports is a finding.
+EC2_19_PORTS = {20, 21, 22, 23, 25, 110, 135, 143, 445, 1433, 1434, 3000, 3306, 3389, 4333, 5000, 5432, 5500, 5601,
+                8080, 8088, 8888, 9200, 9300}  # fmt: skip
+
+
+def test_a_high_risk_port_open_to_the_internet_is_said_before_the_scanner_says_it():
+    ssh = [{"name": "ssh", "port": 22, "nodePort": 30022}, {"name": "http", "port": 80, "nodePort": 30080}]
+    found = notices({}, ports=ssh)
+    assert found == {
+        EXPOSURE: "listener port 22/TCP is open to 0.0.0.0/0: Security Hub EC2.19 (high-risk ports open to the "
+        "internet) will flag this load balancer's security group; set spec.loadBalancerSourceRanges to the "
+        "clients that need it"
+    }
+    dual = notices({PREFIX + "ip-address-type": "dualstack"}, ports=[{"name": "pg", "port": 5432, "nodePort": 30543}])
+    assert "5432/TCP is open to 0.0.0.0/0 and ::/0" in dual[EXPOSURE]
+    assert notices({}, "clb", ports=[{"name": "alt", "port": 8080, "nodePort": 30808}])[EXPOSURE].startswith(
+        "listener port 8080/TCP"
+    )
+
+
+def test_web_ports_or_narrowed_ranges_say_nothing():
+    assert EXPOSURE not in notices({}, ports=[{"name": "https", "port": 443, "nodePort": 30443}])
+    ssh = [{"name": "ssh", "port": 22, "nodePort": 30022}]
+    assert EXPOSURE not in notices({}, ports=ssh, loadBalancerSourceRanges=["203.0.113.0/24"])
+    assert EXPOSURE not in notices({}, ports=ssh, loadBalancerSourceRanges=["0.0.0.0/1", "128.0.0.0/1"])
+
+
+def test_the_high_risk_ports_are_ec2_19s():
+    assert HIGH_RISK_PORTS == EC2_19_PORTS

@@ -1,8 +1,9 @@
 """What a Service's annotations mean here that cloud-provider-aws or the AWS Load Balancer Controller would read
 differently: Warning events, never silence (docs/migration.md "What behaves differently").
 
-Pure: from the parsed configuration and the Service's annotations to at most two warnings, one per reason, each
-naming every annotation concerned and what we do with it; an NLB's also say which `scheme` default it got. The
+Pure: from the parsed configuration and the Service's annotations to at most three warnings, one per reason, each
+naming every annotation concerned and what we do with it; an NLB's also say which `scheme` default it got; and the
+EC2.19 high-risk ports its listeners open to the internet (ccm.aws.lbconfig.exposure). The
 reconciler emits them when the Service changed (not on every resync), so they stay rare.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ccm.aws.lbconfig.config import LbType, LoadBalancerConfig
+from ccm.aws.lbconfig.exposure import high_risk_exposure
 from ccm.aws.lbconfig.parse import parse_load_balancer_config
 from ccm.aws.lbconfig.table import (
     ACCESS_LOG_ANNOTATION,
@@ -103,6 +105,8 @@ def annotation_notices(
             differs.insert(0, SCHEME_DEFAULT)
     out = [LoadBalancerWarning(IGNORED, "; ".join(ignored))] if ignored else []
     out += [LoadBalancerWarning(DIFFERS, "; ".join(differs))] if differs else []
+    exposure = high_risk_exposure(config)
+    out += [exposure] if exposure is not None else []
     return tuple(out)
 
 
