@@ -448,3 +448,18 @@ def test_a_repeated_warning_is_one_event_whose_count_grows(stack: dict[str, Any]
     assert warning["firstTimestamp"] <= warning["lastTimestamp"]
     assert len({(e["type"], e["reason"]) for e in events}) == len(events)  # nothing said twice
     assert sum(e["count"] for e in events) == 4 * len(events)  # each as often as it happened
+
+
+def test_a_high_risk_port_open_to_the_internet_is_a_warning_and_the_lb_is_still_made(stack: dict[str, Any]):
+    core = stack["core"]
+    svc = create_service(core, "ssh", ports=[{"name": "ssh", "port": 22, "protocol": "TCP"}])
+    assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
+    assert read(core, "ssh")["status"]["loadBalancer"]["ingress"][0]["hostname"]
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    (warning,) = [e for e in events if e["reason"] == "HighRiskPortOpenToInternet"]
+    assert warning["type"] == "Warning" and "22/TCP is open to 0.0.0.0/0" in warning["message"]
+    assert "Security Hub EC2.19" in warning["message"]
+    # A resync of the unchanged Service does not repeat it.
+    invoke(stack, [delta_for("Service", "SYNC", read(core, "ssh")).to_body()])
+    events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+    assert [e["count"] for e in events if e["reason"] == "HighRiskPortOpenToInternet"] == [1]
