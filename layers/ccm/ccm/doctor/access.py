@@ -115,11 +115,7 @@ def check_access_entries(
     return findings
 
 
-def check_rbac(
-    results: list[RbacFacts], error: str | None, watcher_overlay: str = "deploy/overlays/pod-identity"
-) -> list[Finding]:
-    """`watcher_overlay`: the overlay in use (its RBAC comes from deploy/base, applied through it so the watcher
-    keeps its identity settings)."""
+def check_rbac(results: list[RbacFacts], error: str | None) -> list[Finding]:
     if error:
         return [unknown("rbac", f"Kubernetes not reachable: {error}", "pass --kubeconfig (or set KUBECONFIG)")]
     findings: list[Finding] = []
@@ -132,7 +128,7 @@ def check_rbac(
         missing = [str(r) for r, allowed in subject.results.items() if r.allowed and not allowed]
         excess = [str(r) for r, allowed in subject.results.items() if not r.allowed and allowed]
         if missing:
-            fix = "kubectl apply -k " + ("deploy/lambda-rbac" if "group" in subject.subject else watcher_overlay)
+            fix = "kubectl apply -k " + ("deploy/lambda-rbac" if "group" in subject.subject else "deploy/base")
             findings.append(fail(check, f"{subject.subject} may not: {', '.join(missing)}", fix))
         if excess:
             findings.append(

@@ -26,15 +26,7 @@ def heartbeat_metric(services_queue_url: str) -> dict[str, Any]:
     }
 
 
-def overlay_of(stack: StackFacts | None) -> str:
-    """The kustomize overlay whose identity settings match the stack's WatcherAuth: applying deploy/base alone
-    would drop them (the watcher then has no role to send with)."""
-    auth = (stack.parameters.get("WatcherAuth") if stack is not None else None) or "pod-identity"
-    return "deploy/overlays/irsa" if auth == "irsa" else "deploy/overlays/pod-identity"
-
-
-def install_fix(stack: StackFacts | None) -> str:
-    return f"kubectl apply -k {overlay_of(stack)} (your copy of it with the stack's outputs: docs/deploy.md section 5)"
+INSTALL_FIX = "kubectl apply -k deploy/base (docs/deploy.md section 5)"
 
 
 def container_env(deployment: dict[str, Any], config_maps: dict[str, dict[str, str] | None]) -> dict[str, str]:
@@ -73,15 +65,15 @@ def config_map_names(deployment: dict[str, Any]) -> list[str]:
 
 
 def check_watcher(watcher: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
-    return [*_deployment(watcher, stack), *_queues(watcher, stack), _heartbeats(watcher)]
+    return [*_deployment(watcher), *_queues(watcher, stack), _heartbeats(watcher)]
 
 
-def _deployment(w: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
+def _deployment(w: WatcherFacts) -> list[Finding]:
     where = f"Deployment {w.namespace}/{w.name}"
     if w.error:
         return [unknown("watcher.pods", f"{where} not readable: {w.error}", "pass --kubeconfig (or set KUBECONFIG)")]
     if not w.found:
-        return [fail("watcher.pods", f"{where} not found", install_fix(stack))]
+        return [fail("watcher.pods", f"{where} not found", INSTALL_FIX)]
     if w.desired == 0:
         return [fail("watcher.pods", f"{where} is scaled to 0: no change reaches the reconcilers", "scale it to 2")]
     if w.ready < w.desired:
@@ -110,8 +102,8 @@ def _queues(w: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
             findings.append(ok(check, f"{setting} is the stack's {output}"))
             continue
         fix = (
-            f"set {setting}={expected} in the watcher's ConfigMap (your copy of {overlay_of(stack)}), "
-            f"then kubectl apply -k {overlay_of(stack)}"
+            f"set {setting}={expected} in the watcher's ConfigMap (deploy/base/kustomization.yaml), "
+            f"then kubectl apply -k deploy/base"
         )
         what = "not set" if given is None else f"{given}, not the stack's {output} {expected}"
         findings.append(fail(check, f"the watcher's {setting} is {what}", fix))
