@@ -86,35 +86,49 @@ def join_node(stack: Stack) -> str:
     return name
 
 
-def run_demo(stack: Stack, timeout: float = 90) -> None:
-    """A node joins, Services are created (one converges, one is refused), the sweeper's schedule fires once;
-    returns when the node is initialised, the first Service has its hostname and the refused one its Warning."""
+def create_service(core: Any, name: str, notes: dict[str, str]) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "annotations": notes},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"name": "http", "port": 80}]},
+    }
+    core.create_namespaced_service("default", body, _preload_content=False)
+
+
+def run_demo(stack: Stack, timeout: float = 90, waves: int = 3, spacing: float = 4.0) -> None:
+    """A node joins, Services are created (one converges, one is refused), then `waves` more Services one every
+    `spacing` seconds (so each series spans several periods, as a day of a real cluster does), and the sweeper's
+    schedule fires once; returns when the node is initialised, every converging Service has its hostname and the
+    refused one its Warning."""
     core: Any = stack.core()  # raw JSON answers (_preload_content=False): typed as Any
     node = join_node(stack)
     for name, notes in DEMO_SERVICES:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "namespace": "default", "annotations": notes},
-            "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"name": "http", "port": 80}]},
-        }
-        core.create_namespaced_service("default", body, _preload_content=False)
+        create_service(core, name, notes)
+    converging = ["hello"]
+    for wave in range(1, waves + 1):
+        time.sleep(spacing)
+        create_service(core, f"web-{wave}", {})
+        converging.append(f"web-{wave}")
 
     def initialised() -> bool:
         found = json.loads(core.read_node(node, _preload_content=False).data)
         return not any(t["key"] == UNINITIALIZED_TAINT for t in found["spec"].get("taints") or [])
 
-    def hostname() -> str | None:
-        svc = json.loads(core.read_namespaced_service("hello", "default", _preload_content=False).data)
-        ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [{}]
-        return ingress[0].get("hostname")
+    def hostnames() -> bool:
+        for name in converging:
+            svc = json.loads(core.read_namespaced_service(name, "default", _preload_content=False).data)
+            ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [{}]
+            if not ingress[0].get("hostname"):
+                return False
+        return True
 
     def refused() -> bool:
         events = json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
         return any(e["involvedObject"]["name"] == "typo" and e["type"] == "Warning" for e in events)
 
     stack.wait_for(initialised, timeout=timeout, what="the new node initialised")
-    stack.wait_for(hostname, timeout=timeout, what="hello's hostname")
+    stack.wait_for(hostnames, timeout=timeout, what=f"the hostnames of {converging}")
     stack.wait_for(refused, timeout=timeout, what="typo's Warning")
     assert stack.runner is not None and stack.facts is not None
     if "SweeperFunction" in stack.facts.functions:

@@ -68,7 +68,11 @@ def test_multi_stage_with_a_base_pinned_by_digest(instructions: list[Instruction
     assert len(froms) >= 2 and all(" AS " in f.upper() for f in froms)
     args = dict(a.split("=", 1) for w, a in instructions if w == "ARG" and "=" in a)
     images = [args.get(f.split()[0].strip("${}"), f.split()[0]) for f in froms]
-    for image in images:
+    # The runtime stage starts from scratch and copies the slimmed base as one layer (the deletions then shrink the
+    # image instead of hiding files under a whiteout); every other stage is the pinned base.
+    assert images[-1] == "scratch" and "scratch" not in images[:-1]
+    assert ("COPY", "--from=slim / /") in stages(instructions)[-1]
+    for image in images[:-1]:
         assert "latest" not in image
         # A full patch version on a slim variant, and the digest: a re-pushed tag cannot change what is built.
         assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim(-\w+)?@sha256:[0-9a-f]{64}", image), image

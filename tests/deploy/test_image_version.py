@@ -42,3 +42,24 @@ def test_the_changelog_has_it_as_the_newest_release() -> None:
     version, rest = sections[1]
     assert version == VERSION and re.fullmatch(r" - \d{4}-\d{2}-\d{2}", rest), sections[1]
     assert f"[{VERSION}]:" in text and "[Unreleased]:" in text  # the comparison links at the bottom
+
+
+def test_the_image_names_its_commit_and_no_placeholder_source() -> None:
+    dockerfile = (REPO / "watcher/Dockerfile").read_text()
+    script = (REPO / "scripts/build-watcher-image.sh").read_text()
+    assert 'org.opencontainers.image.revision="${REVISION}"' in dockerfile
+    assert "REVISION=$(git rev-parse HEAD" in script and '--build-arg "REVISION=$REVISION"' in script
+    assert "OWNER" not in dockerfile and "OWNER" not in (REPO / "CHANGELOG.md").read_text()
+
+
+def test_the_default_base_is_pinned_and_runs_the_functions_python() -> None:
+    """The build script's default is the Dockerfile's base, pinned by digest, with the Lambda runtime's Python."""
+    script = (REPO / "scripts/build-watcher-image.sh").read_text()
+    assert "BASE=${BASE:-registry}" in script
+    (base,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", (REPO / "watcher/Dockerfile").read_text(), re.M)
+    assert re.search(r"@sha256:[0-9a-f]{64}$", base), base
+    runtimes = set(re.findall(r"Runtimes?: \[?python(3\.\d+)", (REPO / "template.yaml").read_text()))
+    assert len(runtimes) == 1, runtimes
+    assert base.startswith(f"python:{runtimes.pop()}."), base
+    # The offline base is Debian trixie, whose python3 is 3.13 too.
+    assert '    trixie "$mnt"' in script

@@ -21,7 +21,16 @@ CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--no-first-run",
 )  # fmt: skip
-_SECTION = re.compile(r'<section class="widget" data-state="([a-z-]+)"><h2>(.*?)</h2>(.*?)</section>', re.S)
+_SECTION = re.compile(
+    r'<section class="widget" data-state="([a-z-]+)" data-title="([^"]*)"><h2>(.*?)</h2>(.*?)</section>', re.S
+)
+_CLOCK = re.compile(r'<text [^>]*class="x-tick"[^>]*>(\d\d:\d\d:\d\d)</text>')
+_Y = re.compile(r'<text [^>]*class="y-tick"[^>]*>([^<]*)</text>')
+
+
+def what_a_person_sees(body: str) -> tuple[list[str], list[str], list[int]]:
+    """The time labels under the x axis, the value labels of the y axis, the points of each legend entry."""
+    return _CLOCK.findall(body), _Y.findall(body), [int(n) for n in re.findall(r'data-points="(\d+)"', body)]
 
 
 def browse(page: Path, tmp_path: Path) -> str:
@@ -53,13 +62,22 @@ def test_the_demo_fills_every_widget_of_the_template_dashboard_in_a_browser(tmp_
     dom = browse(out, tmp_path)
     assert f'data-rendered="{len(defined)}"' in dom
     sections = _SECTION.findall(dom)
-    assert [title.split(" <small>")[0] for _, title, _ in sections] == [w.title.replace(">", "&gt;") for w in defined]
-    for state, title, body in sections:
-        assert state == "data" and "<polyline" in body, title
-    # Logs Insights widgets, evaluated over the functions' log lines: each percentile of the query has points.
-    (reconcile,) = [body for _, title, body in sections if title.startswith("Service: reconcile duration")]
+    assert [title for _, title, _, _ in sections] == [w.title.replace(">", "&gt;") for w in defined]
+    for state, _, heading, body in sections:
+        assert state == "data" and "<polyline" in body, heading
+        # One period, named once: the drawn one (5 s), not the template's beside it.
+        assert len(re.findall(r"\bper ", heading)) == 1 and "per 5 s" in heading, heading
+        clocks, values, points = what_a_person_sees(body)
+        assert len(clocks) == 3 and clocks == sorted(clocks) and clocks[0] < clocks[-1], (heading, clocks)
+        assert values[0] == "0" and all("e" not in v for v in values), (heading, values)
+        assert float(values[-1].rstrip("kM")) > 0 and "time (UTC)" in body, heading
+        assert points and max(points) >= 1, heading
+    # Logs Insights widgets, evaluated over the functions' log lines: each percentile has points over several
+    # periods (a workload in waves, not one burst).
+    (reconcile,) = [body for _, title, _, body in sections if title.startswith("Service: reconcile duration")]
     for stat in ("p50", "p90", "p99"):
-        assert re.search(rf'data-points="[1-9]\d*"><i [^>]*></i>{stat} \(pct\)', reconcile), stat
+        found = re.search(rf'data-points="(\d+)"><i [^>]*></i>{stat} \(pct\)', reconcile)
+        assert found and int(found.group(1)) >= 2, stat
     assert any(w.query is not None for w in defined) and any(w.metrics for w in defined)
 
 
@@ -71,8 +89,27 @@ def test_a_widget_without_datapoints_says_no_data_in_the_browser(tmp_path: Path)
     page = tmp_path / "page.html"
     page.write_text(render(drawn, "t"))
     (empty, full) = _SECTION.findall(browse(page, tmp_path))
-    assert empty[0] == "no-data" and "no data" in empty[2] and "<polyline" not in empty[2]
-    assert full[0] == "data" and "<polyline" in full[2]
+    assert empty[0] == "no-data" and "no data" in empty[3] and "<polyline" not in empty[3]
+    assert full[0] == "data" and "<polyline" in full[3]
+
+
+def test_all_zero_and_large_series_get_axes_a_person_reads(tmp_path: Path) -> None:
+    zeros = [[1_800_000_000, 0], [1_800_000_060, 0], [1_800_000_120, 0]]
+    drawn = [
+        {"title": "Errors (per 15 min)", "period": 60, "lines": [{"label": "e", "stat": "Sum", "metric": "N e",
+                                                                  "points": zeros}]},
+        {"title": "Calls", "period": 60, "lines": [{"label": "c", "stat": "Sum", "metric": "N c",
+                                                    "points": [[1_800_000_000, 1234.0], [1_800_000_060, 17.0]]}]},
+    ]  # fmt: skip
+    page = tmp_path / "page.html"
+    page.write_text(render(drawn, "t"))
+    (errors, calls) = _SECTION.findall(browse(page, tmp_path))
+    assert errors[2] == "Errors (per minute)" and calls[2] == "Calls (per minute)"
+    clocks, values, points = what_a_person_sees(errors[3])
+    assert values == ["0", "0.5", "1"] and points == [3]  # not 1.00e-9
+    assert clocks == ["08:00:00", "08:01:30", "08:03:00"]  # 1_800_000_000 is 2027-01-15T08:00:00Z
+    _, values, _ = what_a_person_sees(calls[3])
+    assert values == ["0", "1k", "2k"]
 
 
 def test_statistics_are_cloudwatchs_over_raw_values() -> None:
