@@ -98,7 +98,9 @@ def check_access_entries(
     return findings
 
 
-def check_rbac(results: list[RbacFacts], error: str | None, watcher_fix: str = "scripts/install-watcher") -> list[Finding]:
+def check_rbac(
+    results: list[RbacFacts], error: str | None, watcher_fix: str = "scripts/install-watcher"
+) -> list[Finding]:
     """`watcher_fix`: what re-applies the watcher's RBAC (the overlay in use, watcher.install_fix)."""
     if error:
         return [unknown("rbac", f"Kubernetes not reachable: {error}", "pass --kubeconfig (or set KUBECONFIG)")]
