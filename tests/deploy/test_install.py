@@ -130,8 +130,7 @@ def test_a_tag_or_a_missing_output_is_refused() -> None:
 
 def cluster_with(text: str) -> Emulator:
     emu = Emulator().start()
-    # The emulator serves no Secrets: the token Secret is the token controller's business, RBAC is what is tested.
-    load_objects(emu, [o for o in yaml.safe_load_all(text) if o and o["kind"] != "Secret"])
+    load_objects(emu, [o for o in yaml.safe_load_all(text) if o])
     emu.tokens.update({"functions-token": FUNCTIONS_SA})
     emu.enable_rbac()
     emu.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
