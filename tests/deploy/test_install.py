@@ -19,7 +19,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from ccm.install.cli import REPO, push, stack_view
+from ccm.install.cli import REPO, main, push, stack_view
 from ccm.install.render import PLACEHOLDERS, Image, RenderError, StackView, render
 from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.rbac import load_objects
@@ -241,3 +241,18 @@ def test_the_image_is_pushed_and_pulled_back_by_digest(registry: str, tmp_path: 
         buildah("rmi", pulled)
     finally:
         subprocess.run(["buildah", "rmi", "localhost/ccm-install-test:1"], capture_output=True, check=False)
+
+
+@mock_aws
+def test_the_command_renders_from_the_stack_by_name(tmp_path: Path) -> None:
+    stack = deployed_stack(kube_auth="kubeconfig-secret", watcher_auth="irsa")
+    image = f"{stack.outputs['WatcherImageRepositoryUri']}@{DIGEST}"
+    out = tmp_path / "ccm"
+    argv = ["--stack", "ccm", "--region", "eu-west-1", "--image", image, "--render-only", "--out", str(out)]
+    assert main(argv) == 0
+    text = (out / "kustomization.yaml").read_text()
+    assert PLACEHOLDERS.findall(text) == [] and "overlays/self-managed-rbac" in text
+    rendered = subprocess.run(["kubectl", "kustomize", str(out)], capture_output=True, text=True, check=True).stdout
+    assert f"image: {image}" in rendered and PLACEHOLDERS.findall(rendered) == []
+    tagged = ["--stack", "ccm", "--region", "eu-west-1", "--image", "repo:0.1.0", "--render-only", "--out", str(out)]
+    assert main(tagged) == 2  # a tag can move: by digest only

@@ -90,7 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     region = session.region_name or ""
     stack = stack_view(session.client("cloudformation"), args.stack, region)
     if args.image:
-        image = parse_image(args.image)
+        try:
+            image = parse_image(args.image)
+        except RenderError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     else:
         repository = args.repository or stack.outputs.get("WatcherImageRepositoryUri")
         if not repository:
