@@ -239,6 +239,11 @@ def test_the_image_is_pushed_and_pulled_back_by_digest(registry: str, tmp_path: 
         pulled = buildah("pull", "--tls-verify=false", reference)
         assert buildah("inspect", "--type", "image", "--format", "{{.FromImageDigest}}", pulled) == image.digest
         buildah("rmi", pulled)
+        # The pushed image is what the rendered Deployment runs.
+        with mock_aws():
+            _, text = kustomize(tmp_path, deployed_stack(), image)
+        containers = next(o for o in yaml.safe_load_all(text) if o and o["kind"] == "Deployment")["spec"]["template"]
+        assert [c["image"] for c in containers["spec"]["containers"]] == [reference]
     finally:
         subprocess.run(["buildah", "rmi", "localhost/ccm-install-test:1"], capture_output=True, check=False)
 
