@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import boto3
 import pytest
 import yaml
 from moto import mock_aws
+from moto.server import ThreadedMotoServer
 
 from ccm.install.cli import REPO, main, push, stack_view
 from ccm.install.render import PLACEHOLDERS, Image, RenderError, StackView, render
@@ -222,7 +224,8 @@ def buildah(*args: str) -> str:
     return subprocess.run(["buildah", *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_the_image_is_pushed_and_pulled_back_by_digest(registry: str, tmp_path: Path) -> None:
+def push_test_image(registry: str, tmp_path: Path) -> Image:
+    """A one-file image (the watcher's build is tests/deploy/test_watcher_image.py's), pushed as the command does."""
     payload = tmp_path / "hello.txt"
     payload.write_text(f"serverless-ccm install test {time.time()}\n")
     container = buildah("from", "scratch")
@@ -232,20 +235,23 @@ def test_the_image_is_pushed_and_pulled_back_by_digest(registry: str, tmp_path: 
     finally:
         buildah("rm", container)
     try:
-        image = push("localhost/ccm-install-test:1", f"{registry}/ccm/watcher", "1", tls_verify=False)
-        assert image.digest.startswith("sha256:") and len(image.digest) == 71
-        reference = f"{image.repository}@{image.digest}"
-        buildah("rmi", "localhost/ccm-install-test:1")
-        pulled = buildah("pull", "--tls-verify=false", reference)
-        assert buildah("inspect", "--type", "image", "--format", "{{.FromImageDigest}}", pulled) == image.digest
-        buildah("rmi", pulled)
-        # The pushed image is what the rendered Deployment runs.
-        with mock_aws():
-            _, text = kustomize(tmp_path, deployed_stack(), image)
-        containers = next(o for o in yaml.safe_load_all(text) if o and o["kind"] == "Deployment")["spec"]["template"]
-        assert [c["image"] for c in containers["spec"]["containers"]] == [reference]
+        return push("localhost/ccm-install-test:1", f"{registry}/ccm/watcher", "1", tls_verify=False)
     finally:
         subprocess.run(["buildah", "rmi", "localhost/ccm-install-test:1"], capture_output=True, check=False)
+
+
+def test_the_image_is_pushed_and_pulled_back_by_digest(registry: str, tmp_path: Path) -> None:
+    image = push_test_image(registry, tmp_path)  # the local tag is gone: what follows comes from the registry
+    assert image.digest.startswith("sha256:") and len(image.digest) == 71
+    reference = f"{image.repository}@{image.digest}"
+    pulled = buildah("pull", "--tls-verify=false", reference)
+    assert buildah("inspect", "--type", "image", "--format", "{{.FromImageDigest}}", pulled) == image.digest
+    buildah("rmi", pulled)
+    # The pushed image is what the rendered Deployment runs.
+    with mock_aws():
+        _, text = kustomize(tmp_path, deployed_stack(), image)
+    containers = next(o for o in yaml.safe_load_all(text) if o and o["kind"] == "Deployment")["spec"]["template"]
+    assert [c["image"] for c in containers["spec"]["containers"]] == [reference]
 
 
 @mock_aws
@@ -261,3 +267,51 @@ def test_the_command_renders_from_the_stack_by_name(tmp_path: Path) -> None:
     assert f"image: {image}" in rendered and PLACEHOLDERS.findall(rendered) == []
     tagged = ["--stack", "ccm", "--region", "eu-west-1", "--image", "repo:0.1.0", "--render-only", "--out", str(out)]
     assert main(tagged) == 2  # a tag can move: by digest only
+
+
+def mark_rolled_out(emu: Emulator, stop: threading.Event) -> None:
+    """What the deployment controller and the kubelets (which the emulator does not run) report once the pods are
+    ready: the status kubectl rollout status waits for."""
+    while not stop.is_set():
+        deployment = emu.get("deployments", "serverless-ccm", "serverless-ccm-watcher")
+        if deployment is not None:
+            replicas = deployment["spec"].get("replicas", 1)
+            deployment["status"] = {
+                "observedGeneration": deployment["metadata"].get("generation", 1),
+                **dict.fromkeys(("replicas", "updatedReplicas", "readyReplicas", "availableReplicas"), replicas),
+            }
+            emu.update(deployment, subresource="status")
+            return
+        time.sleep(0.05)
+
+
+def test_one_command_from_the_stack_to_a_ready_watcher_and_the_doctor(
+    registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    emu = Emulator().start()
+    stop = threading.Event()
+    try:
+        host, port = server.get_host_and_port()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")  # the command and the doctor it runs
+        stack = deployed_stack()
+        image = push_test_image(registry, tmp_path)
+        kubeconfig = emu.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        threading.Thread(target=mark_rolled_out, args=(emu, stop), daemon=True).start()
+        out = tmp_path / "overlay"
+        argv = ["--stack", stack.name, "--region", stack.region, "--image", f"{image.repository}@{image.digest}"]
+        code = main([*argv, "--kubeconfig", kubeconfig, "--out", str(out), "--timeout", "60s"])
+        captured = capfd.readouterr()
+        report = captured.out + captured.err[-3000:]
+        assert "successfully rolled out" in report
+        assert "serverless-ccm-watcher: 2/2 pod(s) ready" in report, report  # the doctor read the applied watcher
+        assert "watcher.ServicesQueueUrl" in report and "WATCHER_SERVICES_QUEUE_URL is the stack's" in report
+        assert code in (0, 1)  # the doctor's verdict on moto's account (its IAM checks), not a crash
+        deployment = emu.get("deployments", "serverless-ccm", "serverless-ccm-watcher")
+        assert deployment is not None
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"{image.repository}@{image.digest}"
+    finally:
+        stop.set()
+        emu.stop()
+        server.stop()
