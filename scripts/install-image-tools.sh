@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install what tests/deploy/test_watcher_image.py needs to build and run the watcher image without a Docker engine:
-# buildah (build), debootstrap (the Debian base), podman + runc (run). Debian/Ubuntu, as root (or via sudo).
-# Idempotent: does nothing when all four are on PATH. .ci/run calls it; developers run it once.
+# buildah (build), debootstrap (the Debian base), podman + runc (run), docker-registry (tests/deploy/test_install.py
+# pushes to it and pulls by digest; the test starts it on a loopback port). Debian/Ubuntu, as root (or via sudo).
+# Idempotent: does nothing when all are on PATH. .ci/run calls it; developers run it once.
 set -euo pipefail
-tools=(buildah debootstrap podman runc)
+tools=(buildah debootstrap podman runc docker-registry)
 missing=()
 for tool in "${tools[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 [ ${#missing[@]} -eq 0 ] && exit 0

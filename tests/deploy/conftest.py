@@ -17,7 +17,14 @@ from devstack.k8s_emulator import Emulator
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-TARGETS = ("base", "lambda-rbac", "overlays/irsa", "overlays/pod-identity", "overlays/prometheus")
+TARGETS = (
+    "base",
+    "lambda-rbac",
+    "overlays/irsa",
+    "overlays/pod-identity",
+    "overlays/prometheus",
+    "overlays/self-managed-rbac",
+)
 Obj = dict[str, Any]
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -347,7 +347,11 @@ def test_only_heartbeats_inside_the_window_count_and_a_missing_deployment_fails(
     findings = {f.check: f for f in findings_of(env, "--kubeconfig", cluster(shipped_rbac()))}
     assert findings["watcher.heartbeat"].status == "fail"
     assert findings["watcher.pods"].status == "fail" and "not found" in findings["watcher.pods"].message
-    assert findings["watcher.pods"].fix.startswith("kubectl apply -k deploy/base")
+    # The fix re-renders the overlay from the stack (deploy/base alone would drop the identity settings) ...
+    assert findings["watcher.pods"].fix == "scripts/install-watcher --stack ccm"
+    # ... or names the overlay the watcher was applied from.
+    given = findings_of(env, "--kubeconfig", cluster(shipped_rbac()), "--overlay", ".serverless-ccm/ccm")
+    assert {f.check: f for f in given}["watcher.pods"].fix == "kubectl apply -k .serverless-ccm/ccm"
     put_heartbeat(queue="prod-ccm-nodes.fifo")  # another queue's deletions say nothing of the watcher's heartbeats
     assert {f.check: f for f in findings_of(env, "--no-kube")}["watcher.heartbeat"].status == "fail"
     put_heartbeat()

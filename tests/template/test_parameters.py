@@ -43,6 +43,11 @@ def test_every_parameter_is_described_and_constrained(name: str) -> None:
     ("name", "value"),
     [
         ("ClusterName", "CHANGE-ME"),
+        ("ClusterName", "CHANGE_ME"),
+        ("ClusterName", "my-CHANGEME"),
+        ("VpcId", "vpc-CHANGEME"),
+        ("VpcId", "vpc-0123"),
+        ("VpcId", "CHANGE-ME"),
         ("ClusterName", "changeme"),
         ("ClusterName", ""),
         ("ClusterName", "my cluster"),
@@ -66,6 +71,8 @@ def test_placeholders_and_typos_are_refused(name: str, value: str) -> None:
     [
         ("ClusterName", "prod-eu-1"),
         ("ClusterName", "change-management"),
+        ("VpcId", "vpc-0123456789abcdef0"),
+        ("VpcId", "vpc-1a2b3c4d"),
         ("KubeconfigSecretArn", ""),
         ("KubeconfigSecretArn", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:ccm/kubeconfig-AbCdEf"),
         ("KubeconfigSecretArn", "arn:aws-cn:secretsmanager:cn-north-1:123456789012:secret:kc-AbCdEf"),

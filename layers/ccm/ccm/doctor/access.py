@@ -115,7 +115,10 @@ def check_access_entries(
     return findings
 
 
-def check_rbac(results: list[RbacFacts], error: str | None) -> list[Finding]:
+def check_rbac(
+    results: list[RbacFacts], error: str | None, watcher_fix: str = "scripts/install-watcher"
+) -> list[Finding]:
+    """`watcher_fix`: what re-applies the watcher's RBAC (the overlay in use, watcher.install_fix)."""
     if error:
         return [unknown("rbac", f"Kubernetes not reachable: {error}", "pass --kubeconfig (or set KUBECONFIG)")]
     findings: list[Finding] = []
@@ -128,7 +131,7 @@ def check_rbac(results: list[RbacFacts], error: str | None) -> list[Finding]:
         missing = [str(r) for r, allowed in subject.results.items() if r.allowed and not allowed]
         excess = [str(r) for r, allowed in subject.results.items() if not r.allowed and allowed]
         if missing:
-            fix = "kubectl apply -k " + ("deploy/lambda-rbac" if "group" in subject.subject else "deploy/base")
+            fix = "kubectl apply -k deploy/lambda-rbac" if "group" in subject.subject else watcher_fix
             findings.append(fail(check, f"{subject.subject} may not: {', '.join(missing)}", fix))
         if excess:
             findings.append(

@@ -7,7 +7,7 @@ from ccm.doctor.facts import Facts
 from ccm.doctor.findings import Finding, fail, ok
 from ccm.doctor.network import check_network
 from ccm.doctor.permissions import Arns, evaluate, missing_role_findings
-from ccm.doctor.watcher import check_watcher
+from ccm.doctor.watcher import check_watcher, install_fix
 
 
 def run_checks(facts: Facts, arns: Arns | None = None) -> list[Finding]:
@@ -42,7 +42,8 @@ def run_checks(facts: Facts, arns: Arns | None = None) -> list[Finding]:
         findings += check_access_entries(
             facts.access_entries, facts.kube_auth_mode, facts.cluster_auth_mode, facts.cluster
         )
-    findings += check_rbac(facts.rbac, facts.rbac_error)
+    fix = facts.watcher.install_fix if facts.watcher is not None else install_fix(None, None)
+    findings += check_rbac(facts.rbac, facts.rbac_error, fix)
     if facts.watcher is not None:
         findings += check_watcher(facts.watcher, facts.stack)
     return findings

@@ -18,6 +18,7 @@ from ccm.doctor.facts import Facts, RoleFacts, RoleKind, WatcherFacts
 from ccm.doctor.findings import Finding, exit_code, fail, to_json, to_table, unknown
 from ccm.doctor.permissions import Arns
 from ccm.doctor.profile import check_profile, profile_parameters
+from ccm.doctor.watcher import install_fix
 
 WATCHER_NAMESPACE, WATCHER_SERVICE_ACCOUNT = "serverless-ccm", "serverless-ccm-watcher"  # deploy/base
 WATCHER_DEPLOYMENT = "serverless-ccm-watcher"  # deploy/base/deployment.yaml, in the service account's namespace
@@ -52,6 +53,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "be what the stack has (--parameter-overrides on the command line replaces a profile's list)",
     )
     p.add_argument("--samconfig", default="samconfig.toml", help="where the profiles are (with --config-env)")
+    p.add_argument(
+        "--overlay",
+        help="the kustomize directory the watcher was applied from (scripts/install-watcher passes its generated "
+        "one): the fixes name it",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p.parse_args(argv)
 
@@ -125,6 +131,7 @@ def _gather_watcher(
         except Exception as err:  # no kubeconfig: the watcher's pods are unknown, its heartbeats still checked
             error = g._describe(err)
     facts = g.gather_watcher(read, namespace, WATCHER_DEPLOYMENT, error)
+    facts.install_fix = install_fix(args.overlay, args.stack)
     if services_queue_url is None:
         facts.heartbeat_error = "the stack has no ServicesQueueUrl output"
     else:

@@ -99,6 +99,9 @@ class WatcherFacts:
     heartbeats: float | None = None  # Sum of the services queue's NumberOfMessagesDeleted; None when not read
     heartbeat_window_minutes: int = 15
     heartbeat_error: str | None = None
+    # What (re)applies the watcher's manifests: `kubectl apply -k <the overlay in use>` (--overlay), else the
+    # install command that renders one from the stack. Never `deploy/base`: it drops the overlay's identity.
+    install_fix: str = "scripts/install-watcher (docs/deploy-watcher.md, Install)"
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
 from ccm.aws.errors import error_code, error_message
 from ccm.aws.names import cluster_tag_key
@@ -42,7 +43,9 @@ ROLE_OUTPUTS: dict[RoleKind, tuple[str, str]] = {
     "watcher": ("WatcherRoleArn", "WatcherRole"),
 }
 QUEUE_ARN_KEYS = {"ServicesQueueUrl": SERVICES_QUEUE, "NodesQueueUrl": NODES_QUEUE, "RoutesQueueUrl": ROUTES_QUEUE}
-ERRORS = (ClientError, BotoCoreError, NotImplementedError)  # moto raises NotImplementedError for missing APIs
+# moto raises NotImplementedError for missing APIs in-process; over HTTP an unparseable error body (an HTML 500 from
+# a proxy, or moto's server) is botocore's ResponseParserError, which is no BotoCoreError: a check says UNKNOWN.
+ERRORS = (ClientError, BotoCoreError, NotImplementedError, ResponseParserError)
 
 # (user, groups, rule) -> allowed; the default asks the cluster with SubjectAccessReviews (`kube_access_checker`).
 AccessChecker = Callable[[str, list[str], RbacRule], bool]

@@ -26,7 +26,12 @@ def heartbeat_metric(services_queue_url: str) -> dict[str, Any]:
     }
 
 
-INSTALL_FIX = "kubectl apply -k deploy/base (docs/deploy.md section 5)"
+def install_fix(overlay: str | None, stack: str | None) -> str:
+    """How to (re)apply the watcher's manifests: the overlay in use, else the install command that renders one from
+    the stack's outputs (docs/deploy-watcher.md, Install). deploy/base alone would drop the overlay's identity."""
+    if overlay:
+        return f"kubectl apply -k {overlay}"
+    return f"scripts/install-watcher --stack {stack}" if stack else "scripts/install-watcher (docs/deploy-watcher.md)"
 
 
 def container_env(deployment: dict[str, Any], config_maps: dict[str, dict[str, str] | None]) -> dict[str, str]:
@@ -73,7 +78,7 @@ def _deployment(w: WatcherFacts) -> list[Finding]:
     if w.error:
         return [unknown("watcher.pods", f"{where} not readable: {w.error}", "pass --kubeconfig (or set KUBECONFIG)")]
     if not w.found:
-        return [fail("watcher.pods", f"{where} not found", INSTALL_FIX)]
+        return [fail("watcher.pods", f"{where} not found", w.install_fix)]
     if w.desired == 0:
         return [fail("watcher.pods", f"{where} is scaled to 0: no change reaches the reconcilers", "scale it to 2")]
     if w.ready < w.desired:
@@ -101,10 +106,7 @@ def _queues(w: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
         if given == expected:
             findings.append(ok(check, f"{setting} is the stack's {output}"))
             continue
-        fix = (
-            f"set {setting}={expected} in the watcher's ConfigMap (deploy/base/kustomization.yaml), "
-            f"then kubectl apply -k deploy/base"
-        )
+        fix = f"{w.install_fix} (it sets {setting}={expected} from the stack's outputs)"
         what = "not set" if given is None else f"{given}, not the stack's {output} {expected}"
         findings.append(fail(check, f"the watcher's {setting} is {what}", fix))
     return findings

@@ -1,0 +1,1 @@
+"""`python -m ccm.install` (scripts/install-watcher): from a deployed stack to a running watcher, in one command."""

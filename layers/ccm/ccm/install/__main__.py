@@ -1,0 +1,5 @@
+import sys
+
+from ccm.install.cli import main
+
+sys.exit(main())
