@@ -3,6 +3,7 @@ heading of that file (GitHub's anchors: lower case, punctuation dropped, spaces 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -42,7 +43,11 @@ def test_relative_links_resolve(doc: Path) -> None:
 def test_the_readme_first_screen_has_the_two_commands_and_the_test_command() -> None:
     lines = (REPO / "README.md").read_text().splitlines()
     first = "\n".join(lines[:40])
-    assert "sam deploy --guided" in first and "scripts/install-watcher --stack-name" in first
+    assert "sam deploy --config-env" in first and "scripts/install-watcher --stack " in first
+    # Every script the first screen tells a user to run exists and is executable.
+    named = set(re.findall(r"scripts/[a-z-]+", first))
+    assert {"scripts/configure", "scripts/install-watcher", "scripts/doctor"} <= named
+    assert all((REPO / script).is_file() and os.access(REPO / script, os.X_OK) for script in named), named
     steps = [line for line in lines[:40] if re.match(r"\d+\. ", line)]
     assert 1 <= len(steps) <= 5, steps
     assert "bash scripts/test.sh" in (REPO / "README.md").read_text()  # what .ci/run runs
