@@ -25,9 +25,10 @@ ALL: Final = "-1"  # all protocols (and all ports)
 PATH_MTU: Final = (3, 4)
 PATH_MTU_V6: Final = (2, 0)
 NODE_RULE_PREFIX: Final = "serverless-ccm: from load balancer "
-ROLE_TAG: Final = "serverless-ccm/role"  # marks the shared groups (ROLE_BACKEND, ROLE_FRONTEND): not LB-owned
+ROLE_TAG: Final = "serverless-ccm/role"  # marks the shared groups (backend, listeners, legacy frontend): not LB-owned
 ROLE_BACKEND: Final = "backend"
-ROLE_FRONTEND: Final = "frontend-default"
+ROLE_FRONTEND: Final = "frontend-default"  # the legacy all-ports group (0.2 and earlier): only ever retired
+ROLE_LISTENERS: Final = "frontend-listeners"  # a listener group, one per port set (ccm.aws.frontend_model)
 _EVERYWHERE: Final = ("0.0.0.0/0", "::/0")
 _NODE_RULE = re.compile(r"^serverless-ccm: from load balancer (?P<lb>[A-Za-z0-9-]+)(?: \(service (?P<uid>[^)]*)\))?$")
 # Our load balancer names ("a" + UID without dashes, 32 chars): only these may inherit a shared node rule.
@@ -303,7 +304,7 @@ def shared_group_name(cluster_name: str, role: str) -> str:
 
 def open_to_all(config: LoadBalancerConfig, lb_type: str) -> bool:
     """The Service takes the default source ranges (or names exactly them): everything the LB can receive. Such an
-    LB uses the shared frontend group; its per-LB rules would open the same (see `frontend_default_rules`)."""
+    LB uses the shared listener group of its port set (ccm.aws.frontend_model): the same rules as its own group."""
     if config.security_groups:
         return False
     dualstack = lb_type == "nlb" and config.ip_address_type == "dualstack"
@@ -312,9 +313,9 @@ def open_to_all(config: LoadBalancerConfig, lb_type: str) -> bool:
 
 
 def frontend_default_rules() -> frozenset[IngressRule]:
-    """The shared frontend group: TCP and UDP on every port from everywhere, plus the path-MTU ICMP rules. A load
-    balancer accepts traffic only on its listeners' ports, so for an LB open to all this is exactly what its
-    per-listener rules allowed (the group sits on the LB's network interfaces only, never on a node)."""
+    """The legacy shared frontend group of 0.2 and earlier: TCP and UDP on every port from everywhere, plus the
+    path-MTU ICMP rules. Functionally no wider than the listeners, but Security Hub EC2.18 / EC2.19 judge rules, so
+    it is no longer made; what an LB on it moves to is its listener group."""
     rules = {IngressRule(p, 0, 65535, cidr=c) for p in ("tcp", "udp") for c in _EVERYWHERE}
     rules |= {IngressRule("icmp", *PATH_MTU, cidr="0.0.0.0/0"), IngressRule("icmpv6", *PATH_MTU_V6, cidr="::/0")}
     return frozenset(rules)
@@ -338,7 +339,8 @@ def plan_backend_access(current: Iterable[IngressRule], backend_group: str, clus
 
 
 def shared_role(group: Mapping[str, Any], cluster_tag: str) -> str | None:
-    """ROLE_BACKEND / ROLE_FRONTEND for one of our shared groups (owned by the cluster, role tag), else None."""
+    """ROLE_BACKEND / ROLE_FRONTEND / ROLE_LISTENERS for one of our shared groups (owned by the cluster, role tag),
+    else None."""
     tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
     role = tags.get(ROLE_TAG)
-    return role if tags.get(cluster_tag) == "owned" and role in (ROLE_BACKEND, ROLE_FRONTEND) else None
+    return role if tags.get(cluster_tag) == "owned" and role in (ROLE_BACKEND, ROLE_FRONTEND, ROLE_LISTENERS) else None
