@@ -54,7 +54,8 @@ class NodeSecurityGroupError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class IngressRule:
     """One ingress rule as AWS identifies it. Ports are -1 for protocol "-1"; for ICMP they are type and code.
-    Exactly one of `cidr` (IPv4 or IPv6) and `source_group` is set. `description` is carried, never compared."""
+    Exactly one of `cidr` (IPv4 or IPv6), `source_group` and `prefix_list` is set. `description` is carried,
+    never compared."""
 
     protocol: str
     from_port: int
@@ -62,10 +63,11 @@ class IngressRule:
     cidr: str | None = None
     source_group: str | None = None
     description: str = field(default="", compare=False)
+    prefix_list: str | None = None
 
 
-def sort_key(rule: IngressRule) -> tuple[str, int, int, str, str]:
-    return (rule.protocol, rule.from_port, rule.to_port, rule.cidr or "", rule.source_group or "")
+def sort_key(rule: IngressRule) -> tuple[str, int, int, str, str, str]:
+    return (rule.protocol, rule.from_port, rule.to_port, rule.cidr or "", rule.source_group or "", rule.prefix_list or "")
 
 
 def managed_group_name(lb_name: str) -> str:
@@ -73,9 +75,10 @@ def managed_group_name(lb_name: str) -> str:
 
 
 def desired_lb_rules(config: LoadBalancerConfig, lb_type: str) -> frozenset[IngressRule]:
-    """The managed group's rules: every listener port (TCP_UDP opens both) from every source range; IPv6 ranges
-    only on a dualstack NLB (an IPv4 load balancer never receives IPv6 traffic); plus the path-MTU ICMP rule per
-    range (ICMP 3/4, ICMPv6 2/0). Bring-your-own groups replace the managed group: no rules."""
+    """The managed group's rules: every listener port (TCP_UDP opens both) from every source range and managed
+    prefix list; IPv6 ranges only on a dualstack NLB (an IPv4 load balancer never receives IPv6 traffic); plus the
+    path-MTU ICMP rule per range (ICMP 3/4, ICMPv6 2/0; not per prefix list, whose address family the config does
+    not know). Bring-your-own groups replace the managed group: no rules."""
     if config.security_groups:
         return frozenset()
     dualstack = lb_type == "nlb" and config.ip_address_type == "dualstack"
@@ -86,6 +89,9 @@ def desired_lb_rules(config: LoadBalancerConfig, lb_type: str) -> frozenset[Ingr
         if protocols is None:
             raise ValueError(f"listener protocol {listener.protocol} has no security-group protocol")
         rules.update(IngressRule(p, listener.port, listener.port, cidr=c) for p in protocols for c in cidrs)
+        rules.update(
+            IngressRule(p, listener.port, listener.port, prefix_list=pl) for p in protocols for pl in config.prefix_lists
+        )
     rules.update(
         IngressRule("icmpv6", *PATH_MTU_V6, cidr=c) if ":" in c else IngressRule("icmp", *PATH_MTU, cidr=c)
         for c in cidrs
@@ -103,7 +109,7 @@ def plan_rules(
 
 # -- the AWS shape -----------------------------------------------------------------------------------------------------
 def rules_from_permissions(permissions: Iterable[Mapping[str, Any]]) -> list[IngressRule]:
-    """Flatten DescribeSecurityGroups' IpPermissions into one rule per source (prefix lists are not ours: skipped)."""
+    """Flatten DescribeSecurityGroups' IpPermissions into one rule per source (CIDR, group or prefix list)."""
     rules: list[IngressRule] = []
     for perm in permissions:
         raw = str(perm.get("IpProtocol", ALL)).lower()
@@ -113,6 +119,10 @@ def rules_from_permissions(permissions: Iterable[Mapping[str, Any]]) -> list[Ing
             rules.append(IngressRule(protocol, *ports, cidr=_cidr(r["CidrIp"]), description=r.get("Description", "")))
         for r in perm.get("Ipv6Ranges", []):
             rules.append(IngressRule(protocol, *ports, cidr=_cidr(r["CidrIpv6"]), description=r.get("Description", "")))
+        for pl in perm.get("PrefixListIds", []):
+            rules.append(
+                IngressRule(protocol, *ports, prefix_list=pl["PrefixListId"], description=pl.get("Description", ""))
+            )
         for pair in perm.get("UserIdGroupPairs", []):
             if pair.get("GroupId"):
                 rules.append(
@@ -134,6 +144,8 @@ def to_permissions(rules: Iterable[IngressRule], *, descriptions: bool = True) -
         extra = {"Description": rule.description} if descriptions and rule.description else {}
         if rule.source_group:
             perm.setdefault("UserIdGroupPairs", []).append({"GroupId": rule.source_group, **extra})
+        elif rule.prefix_list:
+            perm.setdefault("PrefixListIds", []).append({"PrefixListId": rule.prefix_list, **extra})
         elif rule.cidr and ":" in rule.cidr:
             perm.setdefault("Ipv6Ranges", []).append({"CidrIpv6": rule.cidr, **extra})
         elif rule.cidr:
@@ -305,7 +317,7 @@ def shared_group_name(cluster_name: str, role: str) -> str:
 def open_to_all(config: LoadBalancerConfig, lb_type: str) -> bool:
     """The Service takes the default source ranges (or names exactly them): everything the LB can receive. Such an
     LB uses the shared listener group of its port set (ccm.aws.frontend_model): the same rules as its own group."""
-    if config.security_groups:
+    if config.security_groups or config.prefix_lists:
         return False
     dualstack = lb_type == "nlb" and config.ip_address_type == "dualstack"
     effective = {str(n) for n in config.source_ranges if n.version == 4 or dualstack}

@@ -130,6 +130,7 @@ PROBES: tuple[Probe, ...] = (
             "ec2:DescribeSecurityGroups",
             "ec2:DescribeSecurityGroupRules",
             "ec2:DescribeInstances",
+            "ec2:DescribeManagedPrefixLists",
             "tag:GetResources",
         )
     ),
