@@ -95,7 +95,10 @@ def test_cfn_lint_reports_nothing(path: Path) -> None:
 def test_translates_to_the_expected_resources(translated: dict[str, Any]) -> None:
     functions = _of_type(translated, "AWS::Lambda::Function")
     # services always; nodes (EnableNodes) and routes (EnableRoutes) are conditional: see test_node_*, test_routes_*
-    assert [k for k, f in functions.items() if "Condition" not in f] == ["ServiceReconcilerFunction", "TeardownFunction"]
+    assert [k for k, f in functions.items() if "Condition" not in f] == [
+        "ServiceReconcilerFunction",
+        "TeardownFunction",
+    ]
     assert functions["NodeReconcilerFunction"]["Condition"] == "NodesEnabled"
     assert len(_of_type(translated, "AWS::Lambda::LayerVersion")) == 1
     fn = _of_type(translated, "AWS::Lambda::Function")["ServiceReconcilerFunction"]["Properties"]

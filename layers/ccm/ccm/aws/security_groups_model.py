@@ -67,7 +67,14 @@ class IngressRule:
 
 
 def sort_key(rule: IngressRule) -> tuple[str, int, int, str, str, str]:
-    return (rule.protocol, rule.from_port, rule.to_port, rule.cidr or "", rule.source_group or "", rule.prefix_list or "")
+    return (
+        rule.protocol,
+        rule.from_port,
+        rule.to_port,
+        rule.cidr or "",
+        rule.source_group or "",
+        rule.prefix_list or "",
+    )
 
 
 def managed_group_name(lb_name: str) -> str:
@@ -90,7 +97,9 @@ def desired_lb_rules(config: LoadBalancerConfig, lb_type: str) -> frozenset[Ingr
             raise ValueError(f"listener protocol {listener.protocol} has no security-group protocol")
         rules.update(IngressRule(p, listener.port, listener.port, cidr=c) for p in protocols for c in cidrs)
         rules.update(
-            IngressRule(p, listener.port, listener.port, prefix_list=pl) for p in protocols for pl in config.prefix_lists
+            IngressRule(p, listener.port, listener.port, prefix_list=pl)
+            for p in protocols
+            for pl in config.prefix_lists
         )
     rules.update(
         IngressRule("icmpv6", *PATH_MTU_V6, cidr=c) if ":" in c else IngressRule("icmp", *PATH_MTU, cidr=c)

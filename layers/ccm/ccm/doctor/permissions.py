@@ -23,7 +23,11 @@ CREATE_RULE = "create-rule-tagged"  # CreateTags as part of AuthorizeSecurityGro
 OURS, ADOPT, SLR_ELB, SLR_OTHER = "ours", "adopt-uid-tag", "slr-elb", "slr-other"
 SOURCE_DEST_CHECK, OTHER_ATTRIBUTE = "resource-tag-sourcedestcheck", "resource-tag-userdata"
 # The cluster's shared groups (ccm/aws/shared_groups.py): cluster-owned with a role tag only CreateSecurityGroup sets.
-LEGACY_FRONTEND, LISTENER_GROUP, BACKEND_GROUP = "shared-frontend-default", "shared-frontend-listeners", "shared-backend"
+LEGACY_FRONTEND, LISTENER_GROUP, BACKEND_GROUP = (
+    "shared-frontend-default",
+    "shared-frontend-listeners",
+    "shared-backend",
+)
 # dynamodb:LeadingKeys of an item-level write: the checkpoint partition (ccm/aws/applied.py) or a membership item's
 APPLIED_PARTITION, NODE_PARTITION = "leading-key-applied", "leading-key-node"
 

@@ -46,9 +46,12 @@ def respond(event: Mapping[str, Any], outcome: Outcome, physical_id: str, timeou
     body = json.dumps(response_body(event, outcome, physical_id)).encode()
     # The pre-signed URL was signed for an empty Content-Type: any other value fails its signature.
     request = urllib.request.Request(
-        str(event["ResponseURL"]), data=body, method="PUT", headers={"Content-Type": "", "Content-Length": str(len(body))}
+        str(event["ResponseURL"]),
+        data=body,
+        method="PUT",
+        headers={"Content-Type": "", "Content-Length": str(len(body))},
     )
-    with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 (CloudFormation's https URL)
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
         answer.read()
     log.info("answered CloudFormation: %s %s", outcome.status, outcome.reason)
 
@@ -59,7 +62,7 @@ def handle(
     """Run the request's action and answer CloudFormation, whatever happens."""
     try:
         outcome = on_delete() if event.get("RequestType") == "Delete" else on_other()
-    except Exception as err:  # noqa: BLE001 (CloudFormation must get an answer; the log has the traceback)
+    except Exception as err:
         log.exception("custom resource %s failed", event.get("RequestType"))
         outcome = Outcome(FAILED, f"{type(err).__name__}: {err}")
     respond(event, outcome, physical_id)

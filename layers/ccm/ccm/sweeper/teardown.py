@@ -29,8 +29,8 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as sgm
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups import SecurityGroups
-from ccm.sweeper.custom_resource import FAILED, SUCCESS, Outcome
 from ccm.sweeper.actions import Actions, Deleted
+from ccm.sweeper.custom_resource import FAILED, SUCCESS, Outcome
 from ccm.sweeper.inventory import Inventory
 from ccm.sweeper.model import DELETE_ORDER, LOAD_BALANCERS, Kind, Resource
 
