@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ccm.sweeper.custom_resource import FAILED, SUCCESS, handle
-from ccm.sweeper.teardown import Teardown, TeardownResource
+from ccm.sweeper.teardown import STALLED_PASSES, WAIT_SECONDS, Teardown, TeardownResource
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, World
 from tests.integration.test_balancers_delete import TYPE, Env
@@ -130,3 +130,13 @@ def test_an_unexpected_error_is_answered_not_left_hanging(env: Env, cfn: CloudFo
     handle(cfn.event("Delete"), "x", boom, boom)
     assert cfn.responses[-1]["Status"] == FAILED
     assert cfn.responses[-1]["Reason"] == "RuntimeError: AccessDenied on ec2:DescribeSecurityGroups"
+
+
+def test_a_delete_refuses_soon_when_the_load_balancers_left_do_not_change(env: Env, cfn: CloudFormation) -> None:
+    """Nobody is deleting the Services: the refusal comes after the stall limit, not at the function's timeout."""
+    env.lbs.ensure_load_balancer(CLUSTER, service("web", annotations={TYPE: "nlb"}), env.world.nodes())
+    waits: list[float] = []
+    resource = TeardownResource(Teardown(env.world.clients, CLUSTER, env.groups), sleep=waits.append)
+    outcome = resource.delete(lambda: 900_000)
+    assert outcome.status == FAILED and "still exist (default/web" in outcome.reason
+    assert waits == [WAIT_SECONDS] * STALLED_PASSES

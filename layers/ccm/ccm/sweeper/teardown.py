@@ -111,6 +111,9 @@ class Teardown:
 
 WAIT_SECONDS: Final = 15.0  # between passes while a load balancer or a network interface is going away
 MARGIN_MS: Final = 60_000  # the answer to CloudFormation must leave before the Lambda timeout
+# Load balancers that stay the same this long are not being deleted (the user forgot their Services): refuse now
+# rather than hold the stack deletion for the function's whole timeout.
+STALLED_PASSES: Final = 8  # 2 minutes at WAIT_SECONDS
 
 
 class TeardownResource:
@@ -126,12 +129,16 @@ class TeardownResource:
         return Outcome(SUCCESS, "nothing to do until the stack is deleted")
 
     def delete(self, remaining_ms: Callable[[], int]) -> Outcome:
+        seen: tuple[str, ...] = ()
+        unchanged = 0
         while True:
             result = self.teardown.run()
             if result.done:
                 return Outcome(SUCCESS, f"deleted {len(result.deleted)} leftover resources of the cluster")
             why = reason(result, self.teardown.cluster_name)
-            if remaining_ms() - WAIT_SECONDS * 1000 < MARGIN_MS:
+            unchanged = unchanged + 1 if result.remaining and result.remaining == seen else 0
+            seen = result.remaining
+            if unchanged >= STALLED_PASSES or remaining_ms() - WAIT_SECONDS * 1000 < MARGIN_MS:
                 log.warning("stack deletion refused: %s", why)
                 return Outcome(FAILED, why)
             log.info("waiting: %s", why)
