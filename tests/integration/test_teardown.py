@@ -5,52 +5,17 @@ shared groups (backend, listener groups) and the node rule go, and the VPC holds
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
 
 from ccm.sweeper.custom_resource import FAILED, SUCCESS, handle
 from ccm.sweeper.teardown import STALLED_PASSES, WAIT_SECONDS, Teardown, TeardownResource
+from tests.cfn_response import CloudFormation
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, World
 from tests.integration.test_balancers_delete import TYPE, Env
-
-
-class CloudFormation:
-    """The pre-signed response URL: records every PUT body."""
-
-    def __init__(self) -> None:
-        self.responses: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_PUT(self) -> None:
-                assert self.headers.get("Content-Type", "") == ""  # the pre-signed URL's signature needs it empty
-                outer.responses.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def event(self, request_type: str) -> dict[str, Any]:
-        return {
-            "RequestType": request_type,
-            "ResponseURL": f"http://127.0.0.1:{self.server.server_port}/presigned",
-            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/ccm/1",
-            "RequestId": "r-1",
-            "LogicalResourceId": "ClusterTeardown",
-            "ResourceType": "Custom::ServerlessCcmTeardown",
-            "ResourceProperties": {"ClusterName": CLUSTER},
-            **({"PhysicalResourceId": f"serverless-ccm-teardown-{CLUSTER}"} if request_type != "Create" else {}),
-        }
 
 
 @pytest.fixture
