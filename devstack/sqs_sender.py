@@ -29,6 +29,7 @@ FUNCTION_ROLES: Final = {  # template logical id -> (its access key, its role id
     "NodeReconcilerFunction": ("ASIADEVSTACKNODES001", "AROADEVSTACKNODES0001"),
     "RouteReconcilerFunction": ("ASIADEVSTACKROUTES01", "AROADEVSTACKROUTES001"),
     "SweeperFunction": ("ASIADEVSTACKSWEEPER1", "AROADEVSTACKSWEEPER01"),
+    "TeardownFunction": ("ASIADEVSTACKTEARDOWN", "AROADEVSTACKTEARDOWN1"),
 }
 FUNCTION_OF_KEY: Final = {key: fn for fn, (key, _) in FUNCTION_ROLES.items()}
 ROLE_IDS: Final = {

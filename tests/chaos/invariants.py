@@ -214,7 +214,7 @@ def violations(stack: Stack, namespace: str, model: dict[str, Expected], baselin
             if kind != "security group" and not item["tags"]:
                 continue  # untagged ELB resources are not ours (none exist in the devstack)
             if kind == "security group" and ROLE_TAG in item["tags"]:
-                # The cluster's shared backend / default frontend groups: cluster infrastructure, no Service's.
+                # The cluster's shared backend and listener groups: cluster infrastructure, no Service's.
                 owned.add(ident)
                 continue
             if uid not in live_uids:

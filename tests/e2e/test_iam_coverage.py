@@ -26,6 +26,7 @@ import pytest
 from devstack import call_log
 from devstack.sqs_sender import FUNCTION_OF_KEY
 from devstack.stack import Stack, StackConfig
+from tests.cfn_response import CloudFormation
 from tests.e2e.helpers import A, annotate, create_lb_service, gone, hostname, read_service
 from tests.e2e.test_adoption import made_by_cloud_provider_aws
 from tests.template.test_doctor_probes import ROLES, allowed, role_statements
@@ -42,6 +43,7 @@ ROLE_OF = {
     "NodeReconcilerFunction": "nodes",
     "RouteReconcilerFunction": "routes",
     "SweeperFunction": "sweeper",
+    "TeardownFunction": "teardown",  # the stack's custom resource; not a doctor role (it runs only at deletion)
 }
 # The template is translated with ClusterName "unit"; the devstack's cluster tag is renamed to it.
 TEMPLATE_CLUSTER_TAG = f"kubernetes.io/cluster/{PARAMS['ClusterName']}"
@@ -253,6 +255,20 @@ def _scenario(stack: Stack) -> None:
     scheduled = {"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events"}
     swept = runner.invoke("SweeperFunction", {**scheduled, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
     assert swept is not None and "error" not in swept, swept
+    # Then `sam delete`: CloudFormation deletes the teardown custom resource (issue 22), as it would.
+    cloudformation = CloudFormation()
+    try:
+        event = {**cloudformation.event("Delete"), "ResourceProperties": {"ClusterName": stack.config.cluster_name}}
+        torn = runner.invoke("TeardownFunction", event)
+    finally:
+        cloudformation.server.shutdown()
+    assert torn is not None and torn.get("response", {}).get("Status") == "SUCCESS", torn
+    assert [r["Status"] for r in cloudformation.responses] == ["SUCCESS"]
+    ours = [
+        {"Name": f"tag:{_cluster(stack)}", "Values": ["owned"]},
+        {"Name": "tag-key", "Values": ["serverless-ccm/role"]},
+    ]
+    assert stack.aws("ec2").describe_security_groups(Filters=ours)["SecurityGroups"] == []  # nothing left behind
 
 
 @pytest.mark.timeout(480)  # four Services created, adopted and deleted, each delete waiting out AWS's group hold
@@ -266,7 +282,8 @@ def test_every_call_is_allowed_to_the_role_that_made_it_and_writes_are_denied_on
     # AWSLambdaSQSQueueExecutionRole SAM attaches; everything else is the functions' code.
     esm = {"ReceiveMessage", "DeleteMessage", "DeleteMessageBatch", "GetQueueAttributes"}
     made = [c for c in recorded if c.access_key in FUNCTION_OF_KEY and not (c.service == "sqs" and c.action in esm)]
-    statements = {kind: role_statements(translated, ROLES[kind]) for kind in ROLE_OF.values()}  # type: ignore[index]
+    statements = {kind: role_statements(translated, ROLES[kind]) for kind in ROLE_OF.values() if kind in ROLES}  # type: ignore[index]
+    statements["teardown"] = role_statements(translated, "TeardownFunctionRole")
     cluster_tag = _cluster(stack)
     by_role: dict[str, set[str]] = {}
     denied_ours, allowed_foreign, seen = [], [], set()
@@ -296,6 +313,7 @@ def test_every_call_is_allowed_to_the_role_that_made_it_and_writes_are_denied_on
     assert {"elasticloadbalancing:AddTags", "ec2:CreateTags", "elasticloadbalancing:DeleteTargetGroup"} <= actions
     assert {"ec2:CreateRoute", "ec2:ModifyInstanceAttribute"} <= by_role["routes"]
     assert "sweeper" in by_role and "nodes" in by_role
+    assert {"ec2:DeleteSecurityGroup", "ec2:RevokeSecurityGroupIngress"} <= by_role["teardown"]
     assert not denied_ours, "calls the role that made them may not make:\n" + "\n".join(sorted(denied_ours))
     assert not allowed_foreign, "writes allowed on resources that are not ours:\n" + "\n".join(sorted(allowed_foreign))
     print(f"{len(made)} calls evaluated: {json.dumps({r: sorted(a) for r, a in by_role.items()}, indent=1)}")

@@ -181,19 +181,19 @@ def test_dualstack_opens_ipv6_too(stack: Stack):
     svc = served(stack, "dual")
     lb = nlb(stack, svc)
     assert lb is not None and lb["IpAddressType"] == "dualstack"
-    # Default source ranges: the cluster's shared default frontend (open to both families) and the backend group.
+    # Default source ranges: the cluster's listener group of its port set (dualstack: both families) and the backend.
     shared = shared_groups(stack)
-    assert managed_group(stack, svc) is None and lb["SecurityGroups"] == [shared["frontend-default"], shared["backend"]]
-    perms = security_group(stack, shared["frontend-default"])["IpPermissions"]
+    listeners = shared["dualstack tcp:80"]
+    assert managed_group(stack, svc) is None and lb["SecurityGroups"] == [listeners, shared["backend"]]
+    perms = security_group(stack, listeners)["IpPermissions"]
     rules = {
         (p["IpProtocol"], p["FromPort"], p["ToPort"], r.get("CidrIp") or r.get("CidrIpv6"))
         for p in perms
         for r in [*p.get("IpRanges", []), *p.get("Ipv6Ranges", [])]
     }
-    # Every port from both families (an LB accepts only its listeners' ports), and path-MTU discovery: ICMP 3/4
-    # (IPv4), ICMPv6 2/0 "too big" (IPv6).
+    # Its listener port only, from both families, and path-MTU discovery: ICMP 3/4 (IPv4), ICMPv6 2/0 "too big".
     assert rules == {
-        *((proto, 0, 65535, cidr) for proto in ("tcp", "udp") for cidr in ("0.0.0.0/0", "::/0")),
+        *(("tcp", 80, 80, cidr) for cidr in ("0.0.0.0/0", "::/0")),
         ("icmp", 3, 4, "0.0.0.0/0"),
         ("icmpv6", 2, 0, "::/0"),
     }
@@ -345,8 +345,8 @@ def test_source_ranges_managed_group_and_one_node_rule(stack: Stack):
     shared = shared_groups(stack)
     backend = shared["backend"]
     assert nlb(stack, svc)["SecurityGroups"] == [group["GroupId"], backend]  # type: ignore[index]
-    # Default ranges: no group of its own, the cluster's shared default frontend and the backend.
-    assert nlb(stack, other)["SecurityGroups"] == [shared["frontend-default"], backend]  # type: ignore[index]
+    # Default ranges: no group of its own, the cluster's listener group of its port and the backend.
+    assert nlb(stack, other)["SecurityGroups"] == [shared["ipv4 tcp:8080"], backend]  # type: ignore[index]
     assert managed_group(stack, other) is None
 
     def lb_rules(group_id: str) -> set[tuple[str, int, int, str]]:

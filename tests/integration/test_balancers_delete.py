@@ -20,6 +20,7 @@ import pytest
 from ccm.aws import security_groups_model as sgm
 from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clb import ClassicLoadBalancers
+from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import PassFlags, RetryError
@@ -236,8 +237,8 @@ def test_an_lb_of_the_previous_design_moves_to_the_shared_groups(
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
     assert sorted(_groups_of(env, svc, lb_type)) == sorted(shared)
-    frontend = env.groups.shared.group_id(sgm.ROLE_FRONTEND)
-    assert sorted(shared) == sorted([frontend, *env.backend()])
+    listeners = env.groups.shared.listener_group(sgm.desired_lb_rules(parse_load_balancer_config(svc), lb_type))
+    assert sorted(shared) == sorted([listeners, *env.backend()])
     assert env.node_rule_sources() == env.backend()  # its own node rule is gone
     assert env.managed_groups() == []  # and its group deleted
 

@@ -20,6 +20,7 @@ from typing import Any
 import boto3
 import pytest
 
+from ccm.aws import frontend_model as fm
 from ccm.aws import security_groups_model as sgm
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import CallCounter
@@ -108,9 +109,9 @@ def test_create_two_ports_three_nodes_then_noop(env: Env):
         "team": "web",
     }
     groups = env.ec2.describe_security_groups(GroupIds=lb["SecurityGroups"])["SecurityGroups"]
-    # Default source ranges: the cluster's shared frontend and backend groups, no group of its own.
+    # Default source ranges: the cluster's listener group of its ports and the backend group, none of its own.
     assert sorted(g["GroupName"] for g in groups) == sorted(
-        sgm.shared_group_name(CLUSTER, role) for role in (sgm.ROLE_BACKEND, sgm.ROLE_FRONTEND)
+        [sgm.shared_group_name(CLUSTER, sgm.ROLE_BACKEND), fm.listener_group_name(CLUSTER, "ipv4 tcp:80,443")]
     )
     status, exists = env.clb.get_load_balancer(CLUSTER, svc)
     assert exists and status is not None and status.ingress[0].hostname == lb["DNSName"]
@@ -156,10 +157,26 @@ def test_port_changes_in_place(env: Env):
     env.ensure(svc)
     before = env.describe(svc)
     svc["spec"]["ports"][1].update(port=8443, name="p8443")
+    # The listener group of the new port set (new to the cluster: created with its rules), carried beside the old
+    # one while the listeners change, then alone: no moment without a rule for a live listener.
+    applied: list[list[str]] = []
+    env.clb.elb.meta.events.register(
+        "provide-client-params.elastic-load-balancing.ApplySecurityGroupsToLoadBalancer",
+        lambda params, **_: applied.append(sorted(params["SecurityGroups"])),
+    )
+    old_groups = sorted(before["SecurityGroups"])
     assert mutating(env.ensure(svc)) == {
+        "ec2:CreateSecurityGroup": 1,
+        "ec2:AuthorizeSecurityGroupIngress": 1,
+        "elb:ApplySecurityGroupsToLoadBalancer": 2,
         "elb:DeleteLoadBalancerListeners": 1,
         "elb:CreateLoadBalancerListeners": 1,
-    }  # the shared frontend group is open on every port: a port change touches no group
+    }
+    new_groups = sorted(env.describe(svc)["SecurityGroups"])
+    assert applied == [sorted({*old_groups, *new_groups}), new_groups]
+    rules = env.ec2.describe_security_groups(GroupIds=new_groups)["SecurityGroups"]
+    ports = {(p["FromPort"], r["CidrIp"]) for g in rules for p in g["IpPermissions"] for r in p.get("IpRanges", [])}
+    assert ports == {(80, "0.0.0.0/0"), (8443, "0.0.0.0/0"), (3, "0.0.0.0/0")}  # ICMP 3/4: path MTU
     svc["spec"]["ports"][0]["nodePort"] = 30081  # the first port: the health check follows it
     assert mutating(env.ensure(svc)) == {
         "elb:DeleteLoadBalancerListeners": 1,
@@ -350,7 +367,7 @@ def test_delete_leaves_nothing(env: Env):
     assert not env.clb.load_balancer_exists_for_uid(svc["metadata"]["uid"])
     vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
     groups = env.ec2.describe_security_groups(Filters=vpc_filter)["SecurityGroups"]
-    shared = [sgm.shared_group_name(CLUSTER, role) for role in (sgm.ROLE_BACKEND, sgm.ROLE_FRONTEND)]
+    shared = [sgm.shared_group_name(CLUSTER, sgm.ROLE_BACKEND), fm.listener_group_name(CLUSTER, "ipv4 tcp:80,443")]
     assert sorted(g["GroupName"] for g in groups) == sorted(["default", "nodes", *shared])  # cluster infrastructure
     [node_rules] = [sgm.rules_from_permissions(g["IpPermissions"]) for g in groups if g["GroupName"] == "nodes"]
     assert [r.description for r in node_rules] == [sgm.backend_rule_description(CLUSTER)]  # the one shared rule

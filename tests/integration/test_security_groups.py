@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
+from ccm.aws import frontend_model as fm
 from ccm.aws import lbconfig as a
 from ccm.aws import names
 from ccm.aws import security_groups_model as m
@@ -115,13 +116,13 @@ RANGES = ["10.0.0.0/8"]  # any non-default source range: the LB gets its own fro
 
 
 def shared_ids(world: World) -> tuple[str, str]:
-    """(frontend, backend) as EC2 has them, by their role tag."""
+    """(a listener group, backend) as EC2 has them, by their role tag ("" when no listener group exists)."""
     groups = world.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}])
     role = {
         {t["Key"]: t["Value"] for t in g.get("Tags", [])}.get(m.ROLE_TAG): g["GroupId"]
-        for g in groups["SecurityGroups"]
+        for g in sorted(groups["SecurityGroups"], key=lambda g: str(g["GroupId"]), reverse=True)
     }
-    return role.get(m.ROLE_FRONTEND, ""), role[m.ROLE_BACKEND]
+    return role.get(m.ROLE_LISTENERS, ""), role[m.ROLE_BACKEND]
 
 
 def backend_rule(world: World) -> m.IngressRule:
@@ -149,33 +150,71 @@ def ensure(world: World, svc: dict, cfg: LoadBalancerConfig) -> list[str]:
     return ids
 
 
-def test_default_ranges_use_the_shared_groups_and_cost_nothing_warm(world: World) -> None:
+def test_default_ranges_use_the_listener_group_of_their_ports_and_cost_nothing_warm(world: World) -> None:
     svc, cfg = svc_and_config(ports=[(80, 30080), (443, 30443)])
     world.clients.counter.reset_thread()
     ids = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
-    # Cold: one read of the cluster's groups finds neither shared group: both created; the frontend gets its rules.
+    # Cold: one read of the cluster's groups finds no shared group: both created; the listener group gets its rules.
     assert world.calls() == {
         "ec2:DescribeSecurityGroups": 1,
         "ec2:CreateSecurityGroup": 2,
         "ec2:AuthorizeSecurityGroupIngress": 1,
     }
-    frontend, backend = shared_ids(world)
-    assert ids == [frontend, backend]
-    assert set(m.rules_from_permissions(world.group(frontend)["IpPermissions"])) == m.frontend_default_rules()
+    listeners, backend = shared_ids(world)
+    assert ids == [listeners, backend]
+    # Exactly the listeners (TCP 80 and 443) from 0.0.0.0/0, plus path-MTU ICMP: no other port, no ::/0 (IPv4 LB).
+    assert set(m.rules_from_permissions(world.group(listeners)["IpPermissions"])) == {
+        m.IngressRule("tcp", 80, 80, cidr="0.0.0.0/0"),
+        m.IngressRule("tcp", 443, 443, cidr="0.0.0.0/0"),
+        m.IngressRule("icmp", 3, 4, cidr="0.0.0.0/0"),
+    }
     assert m.rules_from_permissions(world.group(backend)["IpPermissions"]) == []
-    for gid, role in ((frontend, m.ROLE_FRONTEND), (backend, m.ROLE_BACKEND)):
-        group = world.group(gid)
-        assert {t["Key"]: t["Value"] for t in group["Tags"]} == {CLUSTER_TAG: "owned", m.ROLE_TAG: role}
-        assert group["GroupName"] == m.shared_group_name(CLUSTER, role)
+    group = world.group(listeners)
+    assert {t["Key"]: t["Value"] for t in group["Tags"]} == {
+        CLUSTER_TAG: "owned",
+        m.ROLE_TAG: m.ROLE_LISTENERS,
+        fm.LISTENERS_TAG: "ipv4 tcp:80,443",
+    }
+    assert group["GroupName"] == fm.listener_group_name(CLUSTER, "ipv4 tcp:80,443")
+    assert {t["Key"]: t["Value"] for t in world.group(backend)["Tags"]} == {
+        CLUSTER_TAG: "owned",
+        m.ROLE_TAG: m.ROLE_BACKEND,
+    }
     assert not [
         g for g in world.ec2.describe_security_groups()["SecurityGroups"] if g["GroupName"].startswith("k8s-elb-")
     ]
 
-    other, other_cfg = svc_and_config("clb", ports=[(8080, 30081)])
+    same, same_cfg = svc_and_config("clb", ports=[(443, 30444), (80, 30081)])  # same ports: same group (CLB too)
     world.clients.counter.reset_thread()
     assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == ids
-    assert world.sgs.ensure_lb_group(lb_name(other), other, other_cfg, "clb", {}) == ids
+    assert world.sgs.ensure_lb_group(lb_name(same), same, same_cfg, "clb", {}) == ids
     assert world.calls() == {}  # warm: cached per execution environment
+
+    other, other_cfg = svc_and_config("clb", ports=[(8443, 30082)])
+    world.clients.counter.reset_thread()
+    other_ids = world.sgs.ensure_lb_group(lb_name(other), other, other_cfg, "clb", {})
+    # A port set new to the cluster: its group, created without a read (the scan said it did not exist).
+    assert world.calls() == {"ec2:CreateSecurityGroup": 1, "ec2:AuthorizeSecurityGroupIngress": 1}
+    assert other_ids[1] == backend and other_ids[0] != listeners
+    assert set(m.rules_from_permissions(world.group(other_ids[0])["IpPermissions"])) == {
+        m.IngressRule("tcp", 8443, 8443, cidr="0.0.0.0/0"),
+        m.IngressRule("icmp", 3, 4, cidr="0.0.0.0/0"),
+    }
+
+
+def test_a_dualstack_nlb_gets_ipv6_rules_and_its_own_listener_group(world: World) -> None:
+    ipv4, ipv4_cfg = svc_and_config(ports=[(443, 30443)])
+    dual, dual_cfg = svc_and_config(ann={P + "ip-address-type": "dualstack"}, ports=[(443, 30444)])
+    plain = world.sgs.ensure_lb_group(lb_name(ipv4), ipv4, ipv4_cfg, "nlb", {})[0]
+    both = world.sgs.ensure_lb_group(lb_name(dual), dual, dual_cfg, "nlb", {})[0]
+    assert plain != both
+    assert set(m.rules_from_permissions(world.group(both)["IpPermissions"])) == {
+        m.IngressRule("tcp", 443, 443, cidr="0.0.0.0/0"),
+        m.IngressRule("tcp", 443, 443, cidr="::/0"),
+        m.IngressRule("icmp", 3, 4, cidr="0.0.0.0/0"),
+        m.IngressRule("icmpv6", 2, 0, cidr="::/0"),
+    }
+    assert all(r.cidr != "::/0" for r in m.rules_from_permissions(world.group(plain)["IpPermissions"]))
 
 
 def test_a_new_environment_learns_the_cluster_groups_in_one_read(world: World) -> None:
@@ -207,18 +246,33 @@ def test_a_node_group_without_the_backend_rule_gets_it_after_the_scan(world: Wor
     assert rule in set(m.rules_from_permissions(world.group(world.node_sg)["IpPermissions"]))
 
 
-def test_a_found_shared_frontend_group_has_its_rules_converged(world: World) -> None:
-    """A creator that crashed between CreateSecurityGroup and the Authorize leaves a frontend group without rules:
-    the next environment that finds it completes it."""
+def test_a_listener_group_found_by_a_new_environment_is_converged_to_its_key(world: World) -> None:
+    """A rule revoked by hand (or by an org policy) comes back, a rule added by hand (SSH from everywhere) goes:
+    the scan of a new environment converges every listener group to the rules its key tag names."""
     svc, cfg = svc_and_config()
-    world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
-    frontend, _ = shared_ids(world)
+    listeners = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})[0]
+    wanted = set(m.rules_from_permissions(world.group(listeners)["IpPermissions"]))
     world.ec2.revoke_security_group_ingress(
-        GroupId=frontend, IpPermissions=m.to_permissions(m.frontend_default_rules(), descriptions=False)
+        GroupId=listeners, IpPermissions=m.to_permissions(sorted(wanted, key=m.sort_key)[:1], descriptions=False)
     )
+    ssh = {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}
+    world.ec2.authorize_security_group_ingress(GroupId=listeners, IpPermissions=[ssh])
     world.sgs.forget_node_groups()  # a new execution environment
-    world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})
-    assert set(m.rules_from_permissions(world.group(frontend)["IpPermissions"])) == m.frontend_default_rules()
+    other, other_cfg = svc_and_config(ports=[(9000, 30900)])
+    world.sgs.ensure_lb_group(lb_name(other), other, other_cfg, "nlb", {})  # any create: the scan converges all
+    assert set(m.rules_from_permissions(world.group(listeners)["IpPermissions"])) == wanted
+
+
+def test_a_listener_group_left_without_rules_is_completed_on_use(world: World) -> None:
+    """A creator that crashed between CreateSecurityGroup and the Authorize leaves a group without rules: not
+    learnt from the scan, it is found by name on use and completed."""
+    svc, cfg = svc_and_config()
+    listeners = world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})[0]
+    wanted = m.rules_from_permissions(world.group(listeners)["IpPermissions"])
+    world.ec2.revoke_security_group_ingress(GroupId=listeners, IpPermissions=m.to_permissions(wanted))
+    world.sgs.forget_node_groups()  # a new execution environment
+    assert world.sgs.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {})[0] == listeners
+    assert set(m.rules_from_permissions(world.group(listeners)["IpPermissions"])) == set(wanted)
 
 
 def test_ensure_creates_the_tagged_group_once_then_makes_no_mutating_call(world: World) -> None:

@@ -134,7 +134,9 @@ class Stack:
     def sgs(self) -> set[str]:
         """The VPC's groups but the default one and the cluster's shared groups (never the sweeper's to delete)."""
         groups = self.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [self.world.vpc_id]}])
-        shared = {sgm.shared_group_name(CLUSTER, role) for role in (sgm.ROLE_BACKEND, sgm.ROLE_FRONTEND)}
+        shared = {
+            g["GroupName"] for g in groups["SecurityGroups"] if sgm.ROLE_TAG in {t["Key"] for t in g.get("Tags", [])}
+        }
         return {g["GroupName"] for g in groups["SecurityGroups"]} - {"default"} - shared
 
     def messages(self) -> list[dict[str, Any]]:

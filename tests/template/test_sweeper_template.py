@@ -113,7 +113,13 @@ def test_the_sweeper_role_deletes_only_cluster_owned_resources_and_writes_nothin
         actions = _actions(st)
         if any(a.endswith(("DeleteLoadBalancer", "DeleteTargetGroup", "DeleteSecurityGroup")) for a in actions):
             prefix = "ec2" if actions[0].startswith("ec2:") else "aws"
-            assert st["Condition"]["StringEquals"] == {f"{prefix}:ResourceTag/{CLUSTER_TAG}": "owned"}, st
+            equals = dict(st["Condition"]["StringEquals"])
+            assert equals.pop(f"{prefix}:ResourceTag/{CLUSTER_TAG}") == "owned", st
+            # Besides: only the cluster's collected shared groups (listener groups, the all-ports group of 0.2).
+            assert equals in (
+                {},
+                {f"{prefix}:ResourceTag/serverless-ccm/role": ["frontend-listeners", "frontend-default"]},
+            )
         elif ":security-group-rule/" in str(st["Resource"]):  # a rule by id: only those we tagged
             assert actions == ["ec2:RevokeSecurityGroupIngress"], st
             assert st["Condition"] == {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": "owned"}}, st

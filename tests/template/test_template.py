@@ -95,7 +95,10 @@ def test_cfn_lint_reports_nothing(path: Path) -> None:
 def test_translates_to_the_expected_resources(translated: dict[str, Any]) -> None:
     functions = _of_type(translated, "AWS::Lambda::Function")
     # services always; nodes (EnableNodes) and routes (EnableRoutes) are conditional: see test_node_*, test_routes_*
-    assert [k for k, f in functions.items() if "Condition" not in f] == ["ServiceReconcilerFunction"]
+    assert [k for k, f in functions.items() if "Condition" not in f] == [
+        "ServiceReconcilerFunction",
+        "TeardownFunction",
+    ]
     assert functions["NodeReconcilerFunction"]["Condition"] == "NodesEnabled"
     assert len(_of_type(translated, "AWS::Lambda::LayerVersion")) == 1
     fn = _of_type(translated, "AWS::Lambda::Function")["ServiceReconcilerFunction"]["Properties"]
@@ -358,8 +361,8 @@ def test_every_function_consumes_a_fifo_queue_with_partial_batch_failures(transl
     functions = _of_type(translated, "AWS::Lambda::Function")
     mappings = _of_type(translated, "AWS::Lambda::EventSourceMapping").values()
     for name in functions:
-        if name == "SweeperFunction":
-            continue  # scheduled, no queue: see tests/template/test_sweeper_template.py
+        if name in ("SweeperFunction", "TeardownFunction"):
+            continue  # scheduled / CloudFormation's custom resource: see test_sweeper_template.py, test_teardown.py
         own = [e["Properties"] for e in mappings if e["Properties"]["FunctionName"] == {"Ref": name}]
         assert own, f"{name} has no SQS event source"
         for props in own:

@@ -681,3 +681,17 @@ def test_random_specs_only_ever_raise_invalid_service_config(ports, annotations,
     svc["spec"].update(ports=ports, sessionAffinity=affinity, loadBalancerIP=lb_ip, loadBalancerSourceRanges=ranges)
     with contextlib.suppress(InvalidServiceConfig, ImplementedElsewhere):
         a.parse_load_balancer_config(svc, default_lb_type="nlb")
+
+
+def test_prefix_lists_are_the_only_sources_without_ranges_and_join_given_ranges() -> None:
+    only = parse(ann={P + "security-group-prefix-lists": "pl-0123abcd,pl-0123456789abcdef0"})
+    assert only.prefix_lists == ("pl-0123abcd", "pl-0123456789abcdef0")
+    assert only.source_ranges == ()  # not 0.0.0.0/0: reachable only from the lists (as the LBC)
+    both = parse(ann={P + "security-group-prefix-lists": "pl-0123abcd"}, loadBalancerSourceRanges=["10.0.0.0/8"])
+    assert both.source_range_cidrs == ("10.0.0.0/8",) and both.prefix_lists == ("pl-0123abcd",)
+    assert parse().prefix_lists == () and parse().source_range_cidrs == ("0.0.0.0/0",)
+
+
+def test_a_malformed_prefix_list_id_is_refused() -> None:
+    with pytest.raises(InvalidServiceConfig, match="security-group-prefix-lists"):
+        parse(ann={P + "security-group-prefix-lists": "sg-0123abcd"})

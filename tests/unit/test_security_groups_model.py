@@ -131,13 +131,18 @@ def test_permissions_round_trip_groups_by_protocol_and_ports() -> None:
     assert "Description" not in str(m.to_permissions(rules, descriptions=False))
 
 
-def test_permissions_from_aws_normalise_numbers_ports_and_skip_prefix_lists() -> None:
+def test_permissions_from_aws_normalise_numbers_ports_and_keep_prefix_lists() -> None:
     perms = [
         {"IpProtocol": "6", "FromPort": 80, "ToPort": 80, "IpRanges": [{"CidrIp": "10.1.2.3/8"}]},
         {"IpProtocol": "-1", "FromPort": 0, "ToPort": 65535, "UserIdGroupPairs": [{"GroupId": SG, "UserId": "1"}]},
         {"IpProtocol": "tcp", "FromPort": 1, "ToPort": 2, "PrefixListIds": [{"PrefixListId": "pl-1"}]},
     ]
-    assert m.rules_from_permissions(perms) == [tcp(80, "10.0.0.0/8"), IngressRule("-1", -1, -1, source_group=SG)]
+    assert m.rules_from_permissions(perms) == [
+        tcp(80, "10.0.0.0/8"),
+        IngressRule("-1", -1, -1, source_group=SG),
+        IngressRule("tcp", 1, 2, prefix_list="pl-1"),
+    ]
+    assert m.to_permissions([IngressRule("tcp", 1, 2, prefix_list="pl-1")]) == [perms[2]]  # and back
 
 
 def test_node_rule_description_names_the_lb() -> None:

@@ -293,3 +293,32 @@ def test_lbs_without_our_uid_tag_are_never_judged():
 def test_our_lb_of_a_class_less_service_we_no_longer_claim_is_an_orphan():
     assert judge(NLB, [LIVE], claim_unclassed=True) == (False, "in-use")
     assert judge(NLB, [LIVE], claim_unclassed=False) == (True, "other-controller")
+
+
+# -- the cluster's shared client-facing groups ------------------------------------------------------------------------
+def shared_group(role: str, gid: str = "sg-shared") -> Resource:
+    tags = {names.cluster_tag_key(CLUSTER): "owned", "serverless-ccm/role": role}
+    return Resource(Kind.SECURITY_GROUP, f"arn:security-group/{gid}", gid, f"serverless-ccm-{role}", tags)
+
+
+@pytest.mark.parametrize("role", ["frontend-listeners", "frontend-default"])
+def test_a_shared_listener_group_no_lb_carries_is_collected_after_the_grace(role: str) -> None:
+    group = shared_group(role)
+    carried = replace(NLB, security_groups=frozenset({group.id}))
+    assert judge(group, [LIVE], [carried]) == (False, "in-use")
+    assert judge(group, [LIVE], [NLB]) == (True, "unused-shared-group")
+    view = View({}, [group])
+    (first,) = decide(view, {}, NOW, GRACE, CLUSTER, CLASS, "nlb")
+    assert first.action is Action.MARK
+    (later,) = decide(view, {group.key: NOW - GRACE}, NOW, GRACE, CLUSTER, CLASS, "nlb")
+    assert later.action is Action.DELETE and later.reason == "unused-shared-group"
+
+
+def test_the_backend_group_and_another_clusters_shared_groups_are_never_judged() -> None:
+    backend = shared_group("backend")
+    other = replace(
+        shared_group("frontend-listeners"),
+        tags={"kubernetes.io/cluster/other": "owned", "serverless-ccm/role": "frontend-listeners"},
+    )
+    assert owner_of(backend, CLUSTER) is None and owner_of(other, CLUSTER) is None
+    assert decide(View({}, [backend, other]), {}, NOW, GRACE, CLUSTER, CLASS, "nlb") == []

@@ -35,7 +35,7 @@ from ccm.aws.table import ClusterTable
 from ccm.aws.table import s as _s
 from ccm.contracts.cloud import Applied
 
-FINGERPRINT_VERSION: Final = 1
+FINGERPRINT_VERSION: Final = 2  # 2: listener groups replace the all-ports frontend (issue 22)
 FULL_READ_SECONDS: Final = 36 * 3600.0  # at the watcher's hourly resync: a full read once in about 36 resyncs
 TOMBSTONE_TTL_SECONDS: Final = 24 * 3600
 PARTITION: Final = "applied"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ccm.aws import names
+from ccm.aws.frontend_model import interim_groups
 from ccm.aws.lbconfig import TRAFFIC_PORT, HealthCheck, LoadBalancerConfig
 from ccm.contracts import kube as p
 
@@ -381,8 +382,13 @@ def instance_changes(desired: CLBSpec, observed: ObservedCLB) -> list[Operation]
 
 def plan(desired: CLBSpec, observed: ObservedCLB, cluster_name: str) -> list[Operation]:
     """Operations converging `observed` to `desired`: ownership tags first (a crash then leaves an LB we can
-    recognise), listeners and their policies, health check before new instances, instances last."""
+    recognise), listeners and their policies, health check before new instances, instances last. Security groups
+    that are swapped are applied old and new together before the listeners change, only the new ones after."""
     ops = _tag_changes(desired, observed, names.cluster_tag_key(cluster_name))
+    if desired.security_groups is not None:
+        # Groups swapped: the old and the new ones first, while the listeners change (make before break).
+        interim = interim_groups(sorted(observed.security_groups), desired.security_groups)
+        ops += [ApplySecurityGroups(interim)] if interim else []
     listener_ops, new_ports = _listener_changes(desired, observed)
     ops += listener_ops
     ops += _policy_changes(desired, observed, new_ports)

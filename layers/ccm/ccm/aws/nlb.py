@@ -23,6 +23,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ccm.aws import frontend_model as fm
 from ccm.aws import names
 from ccm.aws import nlb_adoption as adoption
 from ccm.aws import nlb_model as m
@@ -122,7 +123,7 @@ class NetworkLoadBalancers:
         if lb is not None and not lb.get("SecurityGroups"):  # created without groups: they would never be used
             wanted = replace(wanted, security_groups=frozenset())
         self.references.verify(wanted - used, config)
-        group_ids, unreachable = self._ensure_groups(service, config, desired, lb, nodes, flags, scanned)
+        group_ids, unreachable, swapped = self._ensure_groups(service, config, desired, lb, nodes, flags, scanned)
         warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
             lb = writes.create_lb(self.clients, self.vpc_id, desired, placement, group_ids)
@@ -138,6 +139,8 @@ class NetworkLoadBalancers:
             # resources carrying our UID tag (adoption tags them here once).
             adoption.claim(self.clients, uid, cluster_name, observed, operations)
         refused, arn_by_name = writes.apply_plan(self.clients, self.vpc_id, operations, observed, desired)
+        if swapped is not None:
+            self._finish_swap(lb, group_ids, swapped, uid, flags)
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         applied = Applied(
             uid=uid,
@@ -238,28 +241,45 @@ class NetworkLoadBalancers:
         nodes: Sequence[KubeObject],
         flags: PassFlags,
         scanned: bool,
-    ) -> tuple[list[str], str | None]:
-        """Security groups (ccm.aws.shared_groups): the frontend (shared, or its own for source ranges) and the
-        shared backend group, whose one node rule serves every LB; an existing NLB converges to them and its
-        per-LB node rule and group of the previous design go. An NLB created without groups (AWS cannot add them
-        later) is left as it is."""
+    ) -> tuple[list[str], str | None, list[str] | None]:
+        """Security groups (ccm.aws.shared_groups): the frontend (the listener group of its port set, or its own
+        for source ranges) and the shared backend group, whose one node rule serves every LB. An existing NLB
+        whose groups change carries the old and the new ones while its listeners change (make before break:
+        `frontend_model.interim_groups`), then only the new ones (`_finish_swap`). An NLB created without groups
+        (AWS cannot add them later) is left as it is. (group ids, node-group warning, the groups it carried when
+        they change, else None)"""
         if (
             self.security_groups is None
             or not flags.check_attributes
             or (lb is not None and not lb.get("SecurityGroups"))
         ):
-            return [], None
+            return [], None, None
         uid = p.meta(service)["uid"]
         group_ids = self.security_groups.ensure_lb_group(
             desired.name, service, config, "nlb", dict(config.additional_tags), scanned
         )
         attached = list(lb.get("SecurityGroups") or []) if lb is not None else []
+        swapped = None
         if lb is not None and sorted(attached) != sorted(group_ids):
-            self.clients.elbv2.set_security_groups(LoadBalancerArn=lb["LoadBalancerArn"], SecurityGroups=group_ids)
+            interim = fm.interim_groups(attached, group_ids)
+            self.clients.elbv2.set_security_groups(
+                LoadBalancerArn=lb["LoadBalancerArn"], SecurityGroups=list(interim or group_ids)
+            )
+            swapped = attached if interim else None
         ids = [i for i in map(p.instance_id, nodes) if i]
         unreachable = self.security_groups.ensure_node_access(group_ids, desired.name, uid, ids)
-        self.security_groups.retire_replaced(desired.name, uid, attached, group_ids, flags.thorough)
-        return group_ids, unreachable
+        if swapped is None:
+            self.security_groups.retire_replaced(desired.name, uid, attached, group_ids, flags.thorough)
+        return group_ids, unreachable, swapped
+
+    def _finish_swap(
+        self, lb: dict[str, Any], group_ids: list[str], attached: list[str], uid: str, flags: PassFlags
+    ) -> None:
+        """The listeners changed under the old and the new groups: now only the new ones; then what the old ones
+        were retires (its own group and node rule of the previous design, the legacy all-ports group)."""
+        assert self.security_groups is not None
+        self.clients.elbv2.set_security_groups(LoadBalancerArn=lb["LoadBalancerArn"], SecurityGroups=group_ids)
+        self.security_groups.retire_replaced(lb["LoadBalancerName"], uid, attached, group_ids, flags.thorough)
 
     def update_load_balancer(
         self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE

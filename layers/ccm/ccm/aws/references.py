@@ -27,6 +27,7 @@ from ccm.aws.errors import error_code
 from ccm.aws.lbconfig import (
     EIP_ANNOTATION,
     EXTRA_SECURITY_GROUPS_ANNOTATION,
+    PREFIX_LISTS_ANNOTATION,
     SECURITY_GROUPS_ANNOTATION,
     SSL_CERT_ANNOTATION,
     SUBNETS_ANNOTATION,
@@ -41,6 +42,7 @@ class References:
     security_groups: frozenset[str] = frozenset()
     subnets: frozenset[str] = frozenset()
     allocations: frozenset[str] = frozenset()
+    prefix_lists: frozenset[str] = frozenset()
 
     def __sub__(self, other: References) -> References:
         return References(
@@ -48,6 +50,7 @@ class References:
             self.security_groups - other.security_groups,
             self.subnets - other.subnets,
             self.allocations - other.allocations,
+            self.prefix_lists - other.prefix_lists,
         )
 
 
@@ -58,6 +61,8 @@ def wanted(config: LoadBalancerConfig, creating: bool, placement_fixed: bool = F
         security_groups=frozenset((*config.security_groups, *config.extra_security_groups)),
         subnets=frozenset(config.subnet_ids) if creating or not placement_fixed else frozenset(),
         allocations=frozenset(config.eip_allocations) if creating else frozenset(),
+        # Managed groups only: bring-your-own groups carry no rules of ours.
+        prefix_lists=frozenset(config.prefix_lists) if not config.security_groups else frozenset(),
     )
 
 
@@ -122,6 +127,19 @@ class ReferenceChecker:
             missing += [
                 f"{EIP_ANNOTATION}: Elastic IP allocation {a} was not found"
                 for a in sorted(refs.allocations - found_ids)
+            ]
+        if refs.prefix_lists:
+            # A filter, not PrefixListIds: one unknown id must not hide which others exist. Lists shared with the
+            # account (AWS RAM) and AWS-managed ones are listed too.
+            found_lists = {
+                str(pl["PrefixListId"])
+                for pl in self.clients.ec2.describe_managed_prefix_lists(
+                    Filters=[{"Name": "prefix-list-id", "Values": sorted(refs.prefix_lists)}]
+                )["PrefixLists"]
+            }
+            missing += [
+                f"{PREFIX_LISTS_ANNOTATION}: managed prefix list {pl} was not found"
+                for pl in sorted(refs.prefix_lists - found_lists)
             ]
         if invalid:
             raise InvalidServiceConfig("; ".join(invalid))

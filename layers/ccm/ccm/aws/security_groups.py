@@ -145,7 +145,9 @@ class SecurityGroups:
         scanned = scanned or (self.shared.cached(m.ROLE_BACKEND) is None and self._nodes.learn_cluster_groups())
         backend = self.shared.group_id(m.ROLE_BACKEND, scanned)
         if m.open_to_all(config, lb_type):
-            return _unique([self.shared.group_id(m.ROLE_FRONTEND, scanned), backend, *extra])
+            # The listener group of its port set: exactly its listeners, open to all (ccm.aws.frontend_model).
+            listeners = self.shared.listener_group(desired_lb_rules(config, lb_type), scanned)
+            return _unique([listeners, backend, *extra])
         group = self._managed_group(lb_name)
         if group is None:
             group = self._create_managed_group(lb_name, service, extra_tags)
@@ -332,12 +334,18 @@ class SecurityGroups:
         backend = self.shared.cached(m.ROLE_BACKEND)
         if backend is None or backend not in group_ids or (not thorough and set(attached) <= set(group_ids)):
             return
+        dropped = sorted(set(attached) - set(group_ids))
+        own = sorted(set(dropped) - self.shared.shared_among(dropped))  # before the legacy group leaves the cache
+        if (legacy := self.shared.cached(m.ROLE_FRONTEND)) and legacy in dropped:
+            self.shared.retire_legacy_frontend(legacy)  # it moved off the all-ports group: gone once no LB has it
+        if not thorough and dropped and not own:
+            return  # it only changed shared groups (a listener group for another): nothing of its own to retire
         group = self._managed_group(lb_name)
         if group is not None and str(group["GroupId"]) in group_ids:
             self.revoke_node_access(lb_name, str(group["GroupId"]))  # still its frontend: only the node rule goes
             return
-        if group is None and (replaced := sorted(set(attached) - set(group_ids))):
-            group = self._replaced_group(lb_name, replaced)
+        if group is None and own:
+            group = self._replaced_group(lb_name, own)
         log.info("%s: on the shared groups; retiring its own node rule and group", lb_name)
         self._delete_managed(lb_name, service_uid, group)
 
@@ -353,6 +361,9 @@ class SecurityGroups:
                 "consistent); it is retired once it is",
                 delay_seconds=HIDDEN_RETRY_SECONDS,
             )
+        for group in found:  # the legacy all-ports group, when this environment had not learnt its id
+            if m.shared_role(group, self._cluster_tag) == m.ROLE_FRONTEND:
+                self.shared.retire_legacy_frontend(str(group["GroupId"]))
         own = [g for g in found if g.get("GroupName") == m.managed_group_name(lb_name)]
         return own[0] if own else None
 

@@ -22,6 +22,12 @@ CREATE_RULE = "create-rule-tagged"  # CreateTags as part of AuthorizeSecurityGro
 # not ours (the EKS cluster security group, the built-in service controller's load balancers): deletes are denied.
 OURS, ADOPT, SLR_ELB, SLR_OTHER = "ours", "adopt-uid-tag", "slr-elb", "slr-other"
 SOURCE_DEST_CHECK, OTHER_ATTRIBUTE = "resource-tag-sourcedestcheck", "resource-tag-userdata"
+# The cluster's shared groups (ccm/aws/shared_groups.py): cluster-owned with a role tag only CreateSecurityGroup sets.
+LEGACY_FRONTEND, LISTENER_GROUP, BACKEND_GROUP = (
+    "shared-frontend-default",
+    "shared-frontend-listeners",
+    "shared-backend",
+)
 # dynamodb:LeadingKeys of an item-level write: the checkpoint partition (ccm/aws/applied.py) or a membership item's
 APPLIED_PARTITION, NODE_PARTITION = "leading-key-applied", "leading-key-node"
 
@@ -114,6 +120,10 @@ PROBES: tuple[Probe, ...] = (
     Probe("services", "ec2:CreateTags", SG_RULE, NONE, allowed=False),
     *_both("services", "ec2:RevokeSecurityGroupIngress", SG_RULE, RESOURCE_TAG),
     *_ours("services", "ec2:DeleteSecurityGroup", SG),
+    # the all-ports group of 0.2, once no LB carries it; never a listener group (the sweeper's) nor the backend
+    Probe("services", "ec2:DeleteSecurityGroup", SG, LEGACY_FRONTEND),
+    Probe("services", "ec2:DeleteSecurityGroup", SG, LISTENER_GROUP, allowed=False),
+    Probe("services", "ec2:DeleteSecurityGroup", SG, BACKEND_GROUP, allowed=False),
     *(
         Probe("services", action, ANY)
         for action in (
@@ -124,6 +134,7 @@ PROBES: tuple[Probe, ...] = (
             "ec2:DescribeSecurityGroups",
             "ec2:DescribeSecurityGroupRules",
             "ec2:DescribeInstances",
+            "ec2:DescribeManagedPrefixLists",
             "tag:GetResources",
         )
     ),
@@ -160,6 +171,10 @@ PROBES: tuple[Probe, ...] = (
     *_ours("sweeper", ELB + "DeleteLoadBalancer", LB),
     Probe("sweeper", ELB + "DeleteTargetGroup", TG, OURS),
     *_ours("sweeper", "ec2:DeleteSecurityGroup", SG),
+    # listener groups no load balancer carries any more, the legacy all-ports group; the backend only at uninstall
+    Probe("sweeper", "ec2:DeleteSecurityGroup", SG, LISTENER_GROUP),
+    Probe("sweeper", "ec2:DeleteSecurityGroup", SG, LEGACY_FRONTEND),
+    Probe("sweeper", "ec2:DeleteSecurityGroup", SG, BACKEND_GROUP, allowed=False),
     Probe("sweeper", "ec2:RevokeSecurityGroupIngress", SG, RESOURCE_TAG),
     *_both("sweeper", "ec2:RevokeSecurityGroupIngress", SG_RULE, RESOURCE_TAG),
     Probe("sweeper", "ec2:DescribeSecurityGroupRules", ANY),
@@ -228,6 +243,13 @@ def context_entries(context: str, cluster: str) -> list[dict[str, object]]:
             *cluster_resource,
             entry(f"aws:ResourceTag/{SERVICE_UID_TAG}", uid),
             entry(f"ec2:ResourceTag/{SERVICE_UID_TAG}", uid),
+        ]
+    if context in (LEGACY_FRONTEND, LISTENER_GROUP, BACKEND_GROUP):
+        role = context.removeprefix("shared-")
+        return [
+            *cluster_resource,
+            entry("aws:ResourceTag/serverless-ccm/role", role),
+            entry("ec2:ResourceTag/serverless-ccm/role", role),
         ]
     if context == ADOPT:
         return [*cluster_resource, entry("aws:TagKeys", SERVICE_UID_TAG)]

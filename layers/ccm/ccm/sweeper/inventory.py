@@ -18,10 +18,11 @@ from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws import nlb_model as nm
+from ccm.aws import security_groups_model as sgm
 from ccm.aws.clb_observed import observed_from_api
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.sweeper.model import OWNED, Kind, Resource
+from ccm.sweeper.model import COLLECTED_SHARED_ROLES, OWNED, Kind, Resource
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +63,10 @@ class Inventory:
     def read(self) -> list[Resource]:
         tagged: dict[Kind, dict[str, dict[str, str]]] = {kind: {} for kind in Kind}
         for arn, tags in self._tagged():
-            if names.SERVICE_NAME_TAG not in tags or names.SERVICE_UID_TAG not in tags:
-                continue  # not ours: node groups, another controller's LBs (EKS's own, cloud-provider-aws)
             kind = kind_of(arn)
+            shared = kind is Kind.SECURITY_GROUP and tags.get(sgm.ROLE_TAG) in COLLECTED_SHARED_ROLES
+            if not shared and (names.SERVICE_NAME_TAG not in tags or names.SERVICE_UID_TAG not in tags):
+                continue  # not ours: node groups, another controller's LBs (EKS's own, cloud-provider-aws)
             if kind is not None:
                 tagged[kind][arn] = tags
         return [

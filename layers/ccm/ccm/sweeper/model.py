@@ -20,6 +20,9 @@ considered. It is owned by the Service named by its tags, of that UID. Orphan re
 | unreferenced      | a target group no listener of the live NLB forwards to, or a security group the live |
 |                   | LB does not carry (health-check replacement, switch to bring-your-own groups)        |
 | (kept) lb-pending | a target group or group of a Service whose LB does not exist (yet): drift repair     |
+| unused-shared-group | a listener group (or the all-ports group of 0.2) that no load balancer of ours     |
+|                   | carries any more; owner `CLUSTER_OWNER`. The backend group is never a candidate: it |
+|                   | lives as long as the stack and goes with it (ccm.sweeper.teardown)                  |
 
 Grace: an orphan is deleted only once it has been an orphan, continuously, for `grace` seconds (first sight is
 remembered in the membership table, see docs/sweeper.md) AND, when AWS reports a creation time, was created more
@@ -35,6 +38,7 @@ from typing import Final
 
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
+from ccm.aws import security_groups_model as sgm
 from ccm.aws.lbconfig import LbType, LoadBalancerConfig, parse_load_balancer_config
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, KubeObject
@@ -51,6 +55,9 @@ class Kind(enum.StrEnum):
 DELETE_ORDER: Final = {Kind.NLB: 0, Kind.CLB: 0, Kind.TARGET_GROUP: 1, Kind.SECURITY_GROUP: 2}
 LOAD_BALANCERS: Final = frozenset({Kind.NLB, Kind.CLB})
 OWNED: Final = "owned"
+# The cluster's client-facing shared groups: no Service owns them; collected once no LB of ours carries them.
+COLLECTED_SHARED_ROLES: Final = frozenset({sgm.ROLE_LISTENERS, sgm.ROLE_FRONTEND})
+CLUSTER_OWNER: Final = "(cluster)"
 
 
 class Action(enum.StrEnum):
@@ -134,10 +141,21 @@ def cluster_owned(tags: Mapping[str, str], cluster_name: str) -> bool:
     return tags.get(names.cluster_tag_key(cluster_name)) == OWNED
 
 
+def shared_role(resource: Resource, cluster_name: str) -> str | None:
+    """The role of one of the cluster's collected shared groups (listener groups, the legacy all-ports group)."""
+    if resource.kind is not Kind.SECURITY_GROUP or not cluster_owned(resource.tags, cluster_name):
+        return None
+    role = resource.tags.get(sgm.ROLE_TAG)
+    return role if role in COLLECTED_SHARED_ROLES else None
+
+
 def owner_of(resource: Resource, cluster_name: str) -> Owner | None:
-    """The owning Service, or None when the resource is not ours to judge (no owned cluster tag, no Service tag)."""
+    """The owning Service, or None when the resource is not ours to judge (no owned cluster tag, no Service tag).
+    The cluster's collected shared groups are owned by the cluster (CLUSTER_OWNER)."""
     if not cluster_owned(resource.tags, cluster_name):
         return None
+    if shared_role(resource, cluster_name) is not None:
+        return Owner(CLUSTER_OWNER, None)
     key, uid = resource.tags.get(names.SERVICE_NAME_TAG, ""), resource.tags.get(names.SERVICE_UID_TAG, "")
     if key.count("/") != 1 or not uid:
         return None  # not made (nor adopted) by us: another controller's, whatever its cluster tag says
@@ -170,6 +188,9 @@ def orphan_reason(
     resource: Resource, owner: Owner, view: View, our_class: str, default_lb_type: LbType
 ) -> tuple[bool, str]:
     """(orphan?, reason) for one resource; see the module table."""
+    if owner.key == CLUSTER_OWNER:
+        carried = any(resource.id in lb.security_groups for lb in view.resources if lb.kind in LOAD_BALANCERS)
+        return (False, "in-use") if carried else (True, "unused-shared-group")
     svc = view.services.get(owner.key)
     if svc is None:
         return True, "service-gone"

@@ -150,6 +150,7 @@ class LoadBalancerConfig:
     additional_tags: Mapping[str, str] = field(default_factory=dict)
     security_groups: tuple[str, ...] = ()
     extra_security_groups: tuple[str, ...] = ()
+    prefix_lists: tuple[str, ...] = ()  # managed prefix lists: client sources beside (or instead of) source_ranges
     target_node_labels: Mapping[str, str] = field(default_factory=dict)
     target_group_attributes: Mapping[str, str] = field(default_factory=dict)
     # Annotations under the aws-load-balancer- prefix that we do not know (typos, LBC-only names): a caller may

@@ -120,6 +120,7 @@ def parse_load_balancer_config(service: Mapping[str, Any], default_lb_type: LbTy
         additional_tags=values.additional_tags,
         security_groups=values.security_groups,
         extra_security_groups=values.extra_security_groups,
+        prefix_lists=values.prefix_lists,
         target_node_labels=values.target_node_labels,
         target_group_attributes=values.target_group_attributes,
         unknown_annotations=tuple(sorted(k for k in annotations if k.startswith(PREFIX) and k not in ANNOTATIONS)),
@@ -256,7 +257,9 @@ def _service_ports(
 def _source_ranges(
     spec: Mapping[str, Any], values: AnnotationValues, ignored: list[str], errors: list[InvalidServiceConfig]
 ) -> tuple[Network, ...]:
-    """spec.loadBalancerSourceRanges, else the annotation, else everything (both families when dualstack)."""
+    """spec.loadBalancerSourceRanges, else the annotation, else everything (both families when dualstack), or
+    nothing when prefix lists are the sources (as the AWS Load Balancer Controller: a Service naming prefix lists
+    and no ranges is reachable only from them)."""
     from_spec = spec.get("loadBalancerSourceRanges")
     if isinstance(from_spec, list) and from_spec:
         if values.source_ranges is not None:
@@ -269,6 +272,8 @@ def _source_ranges(
             return ()
     if values.source_ranges is not None:
         return values.source_ranges
+    if values.prefix_lists:
+        return ()
     everything: tuple[Network, ...] = (ipaddress.IPv4Network("0.0.0.0/0"),)
     if values.ip_address_type == "dualstack":
         everything += (ipaddress.IPv6Network("::/0"),)

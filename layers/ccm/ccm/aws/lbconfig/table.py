@@ -58,6 +58,7 @@ BOTH: Final[frozenset[LbType]] = frozenset(LB_TYPES)
 CLB_ONLY: Final[frozenset[LbType]] = frozenset({"clb"})
 NLB_ONLY: Final[frozenset[LbType]] = frozenset({"nlb"})
 _SG = aws_id("sg")
+_PL = aws_id("pl")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,7 @@ PROXY_PROTOCOL_ANNOTATION: Final = _a("proxy-protocol")
 ACCESS_LOG_ANNOTATION: Final = _a("access-log-enabled")
 SECURITY_GROUPS_ANNOTATION: Final = _a("security-groups")
 EXTRA_SECURITY_GROUPS_ANNOTATION: Final = _a("extra-security-groups")
+PREFIX_LISTS_ANNOTATION: Final = _a("security-group-prefix-lists")  # the AWS Load Balancer Controller's (v2.8)
 TARGET_GROUP_ATTRIBUTES_ANNOTATION: Final = _a("target-group-attributes")
 HC_TIMEOUT_ANNOTATION: Final = _a("healthcheck-timeout")
 FOREIGN_TYPES: Final = p.FOREIGN_LB_TYPES
@@ -156,6 +158,9 @@ TABLE: Final[tuple[Row, ...]] = (
     Row(EXTRA_SECURITY_GROUPS_ANNOTATION, "extra_security_groups",
         csv_of(_SG, "`sg-` IDs, comma-separated", max_items=4), CLB_ONLY, (), "none",
         "security groups added beside the managed one (at most 5 groups in all)"),
+    Row(PREFIX_LISTS_ANNOTATION, "prefix_lists", csv_of(_PL, "`pl-` IDs, comma-separated", max_items=10), BOTH, (),
+        "none", "managed prefix lists allowed as client sources on the listener ports; without source ranges they "
+        "replace `0.0.0.0/0`"),
     Row(_a("target-node-labels"), "target_node_labels", key_values(label, "`k=v,k2=v2` node labels"), BOTH, {},
         "all nodes", "only nodes with all these labels are targets"),
     Row(TARGET_GROUP_ATTRIBUTES_ANNOTATION, "target_group_attributes",
@@ -213,6 +218,7 @@ class AnnotationValues:
     additional_tags: Mapping[str, str]
     security_groups: tuple[str, ...]
     extra_security_groups: tuple[str, ...]
+    prefix_lists: tuple[str, ...]
     target_node_labels: Mapping[str, str]
     target_group_attributes: Mapping[str, str]
     hc_protocol: str | None
