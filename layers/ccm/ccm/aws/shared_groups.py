@@ -148,7 +148,11 @@ class SharedGroups:
                 self._adopt(role, min(mine, key=lambda g: str(g["GroupId"])))
         for group in scanned:
             key = {t["Key"]: t["Value"] for t in group.get("Tags", [])}.get(fm.LISTENERS_TAG)
-            if m.shared_role(group, self._cluster_tag) != fm.ROLE_LISTENERS or not key or not group.get("IpPermissions"):
+            if (
+                m.shared_role(group, self._cluster_tag) != fm.ROLE_LISTENERS
+                or not key
+                or not group.get("IpPermissions")
+            ):
                 continue
             try:
                 rules = fm.rules_of_key(key)
