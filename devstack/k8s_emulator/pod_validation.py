@@ -65,7 +65,9 @@ def prepare_create(pod: Obj) -> None:
 
 def _qos_class(pod: Obj) -> str:
     containers = (pod.get("spec") or {}).get("containers") or []
-    if not any((c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits") for c in containers):
+    if not any(
+        (c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits") for c in containers
+    ):
         return "BestEffort"
     return "Burstable"  # Guaranteed (requests == limits for every resource of every container) is not worked out
 
@@ -146,7 +148,9 @@ def validate_update(pod: Obj, old: Obj) -> list[FieldError]:
         errs.append(forbidden("spec", SPEC_UPDATE_FORBIDDEN))
     old_tolerations = old_spec.get("tolerations") or []
     if any(t not in (spec.get("tolerations") or []) for t in old_tolerations):
-        errs.append(forbidden("spec.tolerations", "existing toleration can not be modified except its tolerationSeconds"))
+        errs.append(
+            forbidden("spec.tolerations", "existing toleration can not be modified except its tolerationSeconds")
+        )
     return errs
 
 

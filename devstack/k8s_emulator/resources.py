@@ -151,8 +151,16 @@ RESOURCES: list[Resource] = [
         has_status=True,
         return_deleted_object=True,
         field_labels=frozenset(
-            {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase",
-             "status.podIP", "status.nominatedNodeName", "spec.hostNetwork"}
+            {
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+                "spec.hostNetwork",
+            }
         ),
     ),
     # discovery.k8s.io/v1 EndpointSlices (validation: endpointslice_validation.py); devstack.endpointslices plays

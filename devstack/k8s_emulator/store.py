@@ -222,7 +222,8 @@ class Store:
             else:
                 meta.pop("namespace", None)
             if not meta.get("name") and meta.get("generateName"):
-                meta["name"] = str(meta["generateName"]) + "".join(random.choices(_NAME_CHARS, k=5))
+                # SimpleNameGenerator: the prefix is cut to 58 characters so the name fits a 63-character label.
+                meta["name"] = str(meta["generateName"])[:58] + "".join(random.choices(_NAME_CHARS, k=5))
             if meta.get("resourceVersion"):
                 raise ApiError(500, "resourceVersion should not be set on objects to be created", "InternalError")
             self._check_namespace(res, namespace)
@@ -414,9 +415,8 @@ class Store:
         meta = current["metadata"]
         period = pod_validation.grace_period(current, requested)
         existing = meta.get("deletionGracePeriodSeconds")
-        if existing is not None and meta.get("deletionTimestamp"):
-            if period >= int(existing):
-                return copy.deepcopy(current), False  # already terminating, no shorter: nothing changes
+        if existing is not None and meta.get("deletionTimestamp") and period >= int(existing):
+            return copy.deepcopy(current), False  # already terminating, no shorter: nothing changes
         if period == 0:
             return None
         pending = copy.deepcopy(current)
