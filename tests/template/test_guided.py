@@ -22,7 +22,8 @@ from moto.server import ThreadedMotoServer
 from samtranslator.yaml_helper import yaml_parse
 
 from ccm.install import guided
-from ccm.install.configure import main as configure, refusal
+from ccm.install.configure import main as configure
+from ccm.install.configure import refusal
 from tests.template.cfn import ROOT, TEMPLATE, Stack, translated
 from tests.template.test_samconfig import rule_holds
 
@@ -69,7 +70,9 @@ def test_guided_yaml_has_only_the_first_install_parameters() -> None:
     assert set(fixed) == set(full["Parameters"]) - set(guided.FIRST_INSTALL)
     for name, value in fixed.items():
         default = full["Parameters"][name]["Default"]
-        assert value == (str(default).split(",") if full["Parameters"][name]["Type"] == "CommaDelimitedList" else str(default))
+        assert value == (
+            str(default).split(",") if full["Parameters"][name]["Type"] == "CommaDelimitedList" else str(default)
+        )
 
 
 @pytest.mark.parametrize("name", guided.FIRST_INSTALL)
@@ -79,7 +82,9 @@ def test_every_prompted_parameter_refuses_placeholders(name: str, placeholder: s
     for these patterns) or AllowedValues."""
     spec = yaml_parse(GUIDED.read_text())["Parameters"][name]
     assert "AllowedPattern" in spec or "AllowedValues" in spec, name
-    refused = refusal(spec, placeholder) is not None or placeholder not in [str(v) for v in spec.get("AllowedValues", [placeholder])]
+    refused = refusal(spec, placeholder) is not None or placeholder not in [
+        str(v) for v in spec.get("AllowedValues", [placeholder])
+    ]
     assert refused, (name, placeholder)
 
 
@@ -101,7 +106,9 @@ def _deployed(stack: Stack) -> dict[str, Any]:
         if "Condition" not in v or stack.condition(v["Condition"])
     }
     nested = {k: _deployed(v) for k, v in stack.nested.items()}
-    resources = {k: stack.value({kk: vv for kk, vv in v.items() if kk != "Condition"}) for k, v in stack.resources.items()}
+    resources = {
+        k: stack.value({kk: vv for kk, vv in v.items() if kk != "Condition"}) for k, v in stack.resources.items()
+    }
     return _as_strings({"resources": resources, "nested": nested, "outputs": outputs})
 
 

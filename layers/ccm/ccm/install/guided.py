@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from ccm.install.configure import QUESTIONS, REPO
 
 # What a first install needs: the cluster's identity and the two authentication choices with their one input each
