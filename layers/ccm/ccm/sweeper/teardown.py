@@ -77,6 +77,7 @@ def _left(resources: list[Resource]) -> tuple[str, ...]:
 
 class Teardown:
     def __init__(self, clients: AwsClients, cluster: Cluster, groups: SecurityGroups) -> None:
+        self.clients = clients
         self.cluster = cluster
         self.cluster_name = cluster.name
         self.groups = groups
@@ -124,6 +125,7 @@ class TeardownResource:
 
     def __init__(self, teardown: Teardown, sleep: Callable[[float], None] = time.sleep) -> None:
         self.teardown = teardown
+        self.clients = teardown.clients  # the runtime's clients, as every function's runtime exposes them
         self.physical_id = f"serverless-ccm-teardown-{teardown.cluster_name}"
         self._sleep = sleep
 
