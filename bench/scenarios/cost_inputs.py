@@ -285,6 +285,7 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[
     from ccm.aws.table_views import OrphanMarksTable
     from ccm.batch import NO_FACTS, Deferred
     from ccm.config import Settings
+    from ccm.contracts.cluster import Cluster
     from ccm.contracts.messages import heartbeat_for
     from ccm.k8s.kube import Kube
     from ccm.k8s.kubeconfig import from_kubeconfig
@@ -364,7 +365,7 @@ def _run() -> tuple[dict[str, list[str]], dict[str, list[dict[str, Any]]], dict[
             Kube(from_kubeconfig(bench.kubeconfig)),
             sweeper_rt.ServiceLister(from_kubeconfig(bench.kubeconfig)),
             bench.clients,
-            SecurityGroups(bench.clients, vpc, CLUSTER),
+            SecurityGroups(bench.clients, Cluster(CLUSTER, vpc)),
             OrphanMarksTable(ClusterTable(bench.table, bench.clients)),
         )
         with out.situation("sweep", sweeper_rt.metrics, "sweeper"):

@@ -16,8 +16,8 @@ Behaviour worth knowing:
   POST /_emulator/latency {ms}, POST /_emulator/drop-watches, POST /_emulator/compact,
   GET|DELETE /_emulator/requests.
 - ``dryRun=All`` on writes validates without persisting (``kubectl apply --dry-run=server``). Besides services,
-  nodes, events and leases it stores serviceaccounts, configmaps, deployments, poddisruptionbudgets and the RBAC
-  kinds (no controllers), enough to apply ``deploy/``.
+  nodes, events and leases it stores serviceaccounts, configmaps, secrets, deployments, poddisruptionbudgets and the
+  RBAC kinds (no controllers), enough to apply ``deploy/``.
 - RBAC is off until ``emu.enable_rbac({username: [groups]})``: then the Role/ClusterRole/(Cluster)RoleBinding
   objects in the store are enforced per token (``emu.tokens``: token -> username), see ``rbac.py``.
 - Standalone: ``python -m devstack.k8s_emulator --port 6443 --kubeconfig /tmp/kc``.

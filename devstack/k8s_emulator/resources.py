@@ -170,6 +170,9 @@ RESOURCES: list[Resource] = [
     # which reads the role and binding objects from the store.
     Resource("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",)),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
+    # Stored as given (no token controller: a test fills a service-account-token Secret, as kube-controller-manager
+    # would); lets the RBAC authorizer refuse get/list of Secrets to identities that must not read them.
+    Resource("", "v1", "secrets", "secret", "Secret", True, ()),
     Resource("apps", "v1", "deployments", "deployment", "Deployment", True, ("deploy",), has_status=True),
     Resource(
         "policy",

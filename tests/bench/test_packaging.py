@@ -44,4 +44,7 @@ def test_every_handler_imports_with_only_the_lambda_path():
         cold = probe["cold_origins"]
         assert Path(cold["boto3"]).is_relative_to(runtime), (name, cold)
         assert Path(cold["urllib3"]).is_relative_to(runtime), (name, cold)
+        if name == "teardown":  # the stack's custom resource talks to AWS only: no Kubernetes client, no PyYAML
+            assert cold["yaml"] is None, (name, cold)
+            continue
         assert Path(cold["yaml"]).is_relative_to(layer_deps), (name, cold)

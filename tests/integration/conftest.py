@@ -15,6 +15,7 @@ from moto import mock_aws
 
 from ccm.aws.clients import AwsClients
 from ccm.aws.nlb import NetworkLoadBalancers
+from ccm.contracts.cluster import Cluster
 from devstack import aws_faithful
 from tests.factories import node
 
@@ -68,4 +69,4 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             for i in range(3)
         ]
         clients = AwsClients(region=REGION)
-        yield World(vpc, instances, clients, NetworkLoadBalancers(clients, vpc, "ccm.aws/serverless"))
+        yield World(vpc, instances, clients, NetworkLoadBalancers(clients, Cluster(CLUSTER, vpc, "ccm.aws/serverless")))

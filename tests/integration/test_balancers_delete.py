@@ -24,6 +24,7 @@ from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import PassFlags, RetryError
+from ccm.contracts.cluster import Cluster
 from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
@@ -46,11 +47,11 @@ class Env:
             VpcId=world.vpc_id,
             TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": CLUSTER_TAG, "Value": "owned"}]}],
         )["GroupId"]
-        self.groups = groups = SecurityGroups(world.clients, world.vpc_id, CLUSTER)
+        self.groups = groups = SecurityGroups(world.clients, Cluster(CLUSTER, world.vpc_id))
         groups.forget_node_groups()  # the cache is per execution environment; every moto world is a new VPC
         self.lbs = LoadBalancers(
-            NetworkLoadBalancers(world.clients, world.vpc_id, OUR_CLASS, groups),
-            ClassicLoadBalancers(world.clients, world.vpc_id, OUR_CLASS, groups),
+            NetworkLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS), groups),
+            ClassicLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS), groups),
             "clb",
             security_groups=groups,
         )
@@ -96,7 +97,7 @@ def _svc(lb_type: str, ranges: list[str] | None = None) -> dict[str, Any]:
 
 def test_deleting_a_classic_elb_service_deletes_the_clb_then_its_group(env: Env) -> None:
     svc = _svc("clb")
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    env.lbs.ensure_load_balancer(svc, env.world.nodes())
     assert len(env.managed_groups()) == 1
     assert env.node_rule_sources() == env.backend()  # the one shared rule, no rule of its own
     # Before: the NLB cleanup ran first, found the CLB's group by its name, revoked its node rule (cutting the
@@ -111,7 +112,7 @@ def test_a_delete_waits_for_aws_to_release_the_group_then_completes(env: Env, fa
     faithful_aws.sg_release_seconds = 1.0
     for lb_type in ("nlb", "clb"):
         svc = _svc(lb_type)
-        env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+        env.lbs.ensure_load_balancer(svc, env.world.nodes())
         with pytest.raises(RetryError, match="still in use"):
             env.lbs.delete_for_uid(svc["metadata"]["uid"])
         assert env.clbs() == env.nlbs() == []  # the load balancer itself went at once
@@ -130,7 +131,7 @@ def test_a_delete_right_after_the_create_waits_for_the_group_to_be_readable(
     aws_faithful.settle()  # the node group existed long before
     faithful_aws.eventual_consistency, faithful_aws.consistency_seconds = True, 1.5
     svc = _svc(lb_type)
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    env.lbs.ensure_load_balancer(svc, env.world.nodes())
     with pytest.raises(RetryError, match="not readable yet"):
         env.lbs.delete_for_uid(svc["metadata"]["uid"])
     assert env.clbs() + env.nlbs() != []  # kept: it is the one record of its group until reads show the group
@@ -143,12 +144,12 @@ def test_a_delete_right_after_the_create_waits_for_the_group_to_be_readable(
 @pytest.mark.parametrize(("before", "after"), [("nlb", "clb"), ("clb", "nlb")])
 def test_switching_type_keeps_the_shared_group_and_its_node_rule(env: Env, before: str, after: str) -> None:
     svc = _svc(before)
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    env.lbs.ensure_load_balancer(svc, env.world.nodes())
     (group,) = env.managed_groups()
     svc["metadata"]["annotations"][TYPE] = after
     # A resync (thorough): the old LB is looked for and deleted once the new one is up.
     # Before: the old driver's cleanup revoked the node rule the new LB uses, then failed with DependencyViolation.
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), PassFlags(thorough=True))
+    env.lbs.ensure_load_balancer(svc, env.world.nodes(), PassFlags(thorough=True))
     assert (env.nlbs(), env.clbs()) == (([], [svc_name(svc)]) if after == "clb" else ([svc_name(svc)], []))
     assert env.managed_groups() == [group]
     assert env.node_rule_sources() == env.backend()
@@ -164,8 +165,8 @@ def svc_name(svc: dict[str, Any]) -> str:
 def test_a_load_balancer_of_the_service_name_tagged_for_another_cluster_is_never_deleted(
     env: Env, lb_type: str
 ) -> None:
-    """The cluster name reaches both drivers' ownership check (ccm.aws.ownership.ours_to_delete): a delete by UID
-    alone would accept any cluster's tag."""
+    """Both drivers know their cluster (ccm.contracts.cluster.Cluster, given at construction) and ask its one
+    ownership rule, `Cluster.claim`, whoever asked for the delete: another cluster's tag is never ours."""
     svc = _svc(lb_type)
     name = ("a" + svc["metadata"]["uid"].replace("-", ""))[:32]
     tags = [{"Key": "kubernetes.io/cluster/another-cluster", "Value": "owned"}]
@@ -176,7 +177,7 @@ def test_a_load_balancer_of_the_service_name_tagged_for_another_cluster_is_never
     else:
         listeners = [{"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}]
         env.elb.create_load_balancer(LoadBalancerName=name, Listeners=listeners, Subnets=subnets, Tags=tags)
-    env.lbs.ensure_load_balancer_deleted(CLUSTER, svc)
+    env.lbs.ensure_load_balancer_deleted(svc)
     assert (env.nlbs() if lb_type == "nlb" else env.clbs()) == [name]
 
 
@@ -220,18 +221,18 @@ def test_an_lb_of_the_previous_design_moves_to_the_shared_groups(
     """Upgrade: the LB's groups converge to [frontend, backend] (SetSecurityGroups / ApplySecurityGroups), its
     node rule is retired and its own group deleted, once AWS lets go of it (RetryError meanwhile)."""
     svc = _svc(lb_type, ranges=[])
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    env.lbs.ensure_load_balancer(svc, env.world.nodes())
     shared = _groups_of(env, svc, lb_type)
     old = _make_previous_version(env, svc, lb_type)
     assert sorted(env.node_rule_sources()) == sorted([*env.backend(), old])
     faithful_aws.sg_release_seconds = 1.0  # the LB's interfaces hold the group a while after it is detached
     try:
-        env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+        env.lbs.ensure_load_balancer(svc, env.world.nodes())
     except RetryError:
         deadline = time.monotonic() + 30
         while True:  # the queue comes back with a thorough pass
             try:
-                env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), PassFlags(thorough=True))
+                env.lbs.ensure_load_balancer(svc, env.world.nodes(), PassFlags(thorough=True))
                 break
             except RetryError:
                 assert time.monotonic() < deadline
@@ -246,7 +247,7 @@ def test_an_lb_of_the_previous_design_moves_to_the_shared_groups(
 @pytest.mark.parametrize("lb_type", ["nlb", "clb"])
 def test_deleting_an_lb_on_the_shared_groups_makes_no_ec2_call(env: Env, lb_type: str) -> None:
     svc = _svc(lb_type, ranges=[])
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    env.lbs.ensure_load_balancer(svc, env.world.nodes())
     counter = env.world.clients.counter
     counter.reset_thread()
     env.lbs.delete_for_uid(svc["metadata"]["uid"])
@@ -254,3 +255,24 @@ def test_deleting_an_lb_on_the_shared_groups_makes_no_ec2_call(env: Env, lb_type
     assert not [op for op in calls if op.startswith("ec2:")], calls
     assert env.clbs() == env.nlbs() == []
     assert env.node_rule_sources() == env.backend()  # the shared rule serves the cluster's other LBs
+
+
+@pytest.mark.parametrize("lb_type", ["nlb", "clb"])
+def test_a_delete_by_uid_knows_the_cluster_too(env: Env, lb_type: str) -> None:
+    """The by-UID path (a Service gone, a message's UID) once fell back to "any cluster's tag or our UID tag": an LB
+    of this name carrying our UID tag but another cluster's tag was deleted. Now every path asks `Cluster.claim`."""
+    svc = _svc(lb_type)
+    name, uid = svc_name(svc), svc["metadata"]["uid"]
+    tags = [
+        {"Key": "kubernetes.io/cluster/another-cluster", "Value": "owned"},
+        {"Key": "serverless-ccm/service-uid", "Value": uid},
+    ]
+    vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
+    subnets = [s["SubnetId"] for s in env.ec2.describe_subnets(Filters=vpc_filter)["Subnets"]]
+    if lb_type == "nlb":
+        env.elbv2.create_load_balancer(Name=name, Type="network", Subnets=subnets, Tags=tags)
+    else:
+        listeners = [{"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}]
+        env.elb.create_load_balancer(LoadBalancerName=name, Listeners=listeners, Subnets=subnets, Tags=tags)
+    env.lbs.delete_for_uid(uid)
+    assert (env.nlbs() if lb_type == "nlb" else env.clbs()) == [name]

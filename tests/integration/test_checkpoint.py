@@ -18,6 +18,7 @@ from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.security_groups import SecurityGroups
 from ccm.aws.table import ClusterTable
 from ccm.contracts.cloud import PassFlags, RetryError
+from ccm.contracts.cluster import Cluster
 from devstack import aws_faithful
 from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
@@ -55,11 +56,11 @@ class Env:
                 }
             ],
         )
-        groups = SecurityGroups(world.clients, world.vpc_id, CLUSTER)
+        groups = SecurityGroups(world.clients, Cluster(CLUSTER, world.vpc_id))
         groups.forget_node_groups()
         self.lbs = LoadBalancers(
-            NetworkLoadBalancers(world.clients, world.vpc_id, OUR_CLASS, groups),
-            ClassicLoadBalancers(world.clients, world.vpc_id, OUR_CLASS, groups),
+            NetworkLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS), groups),
+            ClassicLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS), groups),
             "nlb" if lb_type == "nlb" else "clb",
             security_groups=groups,
             applied=self.table,
@@ -78,7 +79,7 @@ class Env:
     def created(self, **kwargs: Any) -> dict[str, Any]:
         svc = service(ports=[(80, 30080), (443, 30443)], finalizers=["service.kubernetes.io/load-balancer-cleanup"])
         svc["spec"].update(kwargs)
-        self.lbs.ensure_load_balancer(CLUSTER, svc, self.world.nodes(), PassFlags())
+        self.lbs.ensure_load_balancer(svc, self.world.nodes(), PassFlags())
         return svc
 
     def registered(self) -> dict[int, set[str]]:
@@ -96,11 +97,11 @@ def env(world: World) -> Env:
 
 def test_a_converged_service_costs_one_read_until_its_full_read_is_due(env: Env) -> None:
     svc = env.created()
-    status, calls = env.calls(env.lbs.ensure_unchanged, CLUSTER, svc)
+    status, calls = env.calls(env.lbs.ensure_unchanged, svc)
     assert status is not None and status.ingress[0].hostname.startswith("a")
     assert calls == {"elbv2:DescribeLoadBalancers": 1}
     env.now += FULL_READ_SECONDS * 1.3  # past its (spread) period: the full read-and-repair runs
-    assert env.lbs.ensure_unchanged(CLUSTER, svc) is None
+    assert env.lbs.ensure_unchanged(svc) is None
 
 
 def test_a_changed_spec_never_matches_the_checkpoint(env: Env) -> None:
@@ -112,30 +113,30 @@ def test_a_changed_spec_never_matches_the_checkpoint(env: Env) -> None:
             "annotations": {"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "10"},
         },
     }
-    _, calls = env.calls(env.lbs.ensure_unchanged, CLUSTER, changed)
+    _, calls = env.calls(env.lbs.ensure_unchanged, changed)
     assert calls == {}  # the fingerprint differs: no AWS call, a full ensure follows
-    assert env.lbs.ensure_unchanged(CLUSTER, changed) is None
+    assert env.lbs.ensure_unchanged(changed) is None
 
 
 def test_a_load_balancer_deleted_behind_our_back_is_noticed_and_recreated(env: Env) -> None:
     svc = env.created()
     (lb,) = env.elbv2.describe_load_balancers()["LoadBalancers"]
     env.elbv2.delete_load_balancer(LoadBalancerArn=lb["LoadBalancerArn"])
-    assert env.lbs.ensure_unchanged(CLUSTER, svc) is None
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), FIRST)
+    assert env.lbs.ensure_unchanged(svc) is None
+    env.lbs.ensure_load_balancer(svc, env.world.nodes(), FIRST)
     assert len(env.elbv2.describe_load_balancers()["LoadBalancers"]) == 1
-    assert env.lbs.ensure_unchanged(CLUSTER, svc) is not None
+    assert env.lbs.ensure_unchanged(svc) is not None
 
 
 def test_host_updates_apply_only_the_difference_by_stored_arns(env: Env) -> None:
     svc = env.created()
     nodes = env.world.nodes()
-    _, calls = env.calls(env.lbs.update_load_balancer, CLUSTER, svc, nodes[:2], FIRST)
+    _, calls = env.calls(env.lbs.update_load_balancer, svc, nodes[:2], FIRST)
     assert calls == {"elbv2:DeregisterTargets": 2}  # one per target group, no read
     assert env.registered() == {30080: set(env.world.instances[:2]), 30443: set(env.world.instances[:2])}
-    _, calls = env.calls(env.lbs.update_load_balancer, CLUSTER, svc, nodes[:2], FIRST)
+    _, calls = env.calls(env.lbs.update_load_balancer, svc, nodes[:2], FIRST)
     assert calls == {}  # the checkpoint's target set followed
-    _, calls = env.calls(env.lbs.update_load_balancer, CLUSTER, svc, nodes, FIRST)
+    _, calls = env.calls(env.lbs.update_load_balancer, svc, nodes, FIRST)
     assert calls == {"elbv2:RegisterTargets": 2}
     assert env.registered() == {30080: set(env.world.instances), 30443: set(env.world.instances)}
 
@@ -148,9 +149,9 @@ def test_a_target_group_gone_drops_the_checkpoint_and_the_retry_reads_everything
     env.elbv2.delete_listener(ListenerArn=victim["ListenerArn"])
     env.elbv2.delete_target_group(TargetGroupArn=victim["DefaultActions"][0]["TargetGroupArn"])
     with pytest.raises(RetryError):
-        env.lbs.update_load_balancer(CLUSTER, svc, env.world.nodes()[:1], FIRST)
+        env.lbs.update_load_balancer(svc, env.world.nodes()[:1], FIRST)
     assert env.table.get(svc["metadata"]["uid"]) is None
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes()[:1], RETRY)
+    env.lbs.ensure_load_balancer(svc, env.world.nodes()[:1], RETRY)
     assert env.registered() == {30080: {env.world.instances[0]}, 30443: {env.world.instances[0]}}
 
 
@@ -160,14 +161,14 @@ def test_delete_by_the_checkpoint_then_its_echo_costs_nothing(env: Env) -> None:
     env.world.clients.counter.reset_thread()
     while True:  # as the queue would: RetryError = come back later (AWS holds the group a while)
         try:
-            env.lbs.delete_for_uid(uid, CLUSTER)
+            env.lbs.delete_for_uid(uid)
             break
         except RetryError:
             env.now += 1
     assert env.elbv2.describe_load_balancers()["LoadBalancers"] == []
     assert env.elbv2.describe_target_groups()["TargetGroups"] == []
     assert env.lbs.applied_for(uid) is False  # a tombstone
-    _, calls = env.calls(env.lbs.delete_for_uid, uid, CLUSTER)
+    _, calls = env.calls(env.lbs.delete_for_uid, uid)
     assert calls == {}
 
 
@@ -188,7 +189,7 @@ def test_an_orphan_carrying_the_uid_tag_is_deleted_with_the_rest(env: Env) -> No
     )
     for _ in range(100):
         try:
-            env.lbs.delete_for_uid(uid, CLUSTER)
+            env.lbs.delete_for_uid(uid)
             break
         except RetryError:
             continue
@@ -199,14 +200,13 @@ def test_first_sight_of_our_class_creates_without_looking(env: Env) -> None:
     svc = service(ports=[(80, 30080)])
     svc["spec"]["loadBalancerClass"] = OUR_CLASS
     _, calls = env.calls(
-        env.lbs.ensure_load_balancer, CLUSTER, svc, env.world.nodes(), PassFlags(trust_applied=True, first_sight=True)
+        env.lbs.ensure_load_balancer, svc, env.world.nodes(), PassFlags(trust_applied=True, first_sight=True)
     )
     assert "elbv2:DescribeLoadBalancers" not in calls and "elbv2:DescribeListeners" not in calls
     assert calls["elbv2:CreateLoadBalancer"] == 1
     claimed = service(ports=[(80, 30081)])  # no class: cloud-provider-aws may have made one under this name
     _, calls = env.calls(
         env.lbs.ensure_load_balancer,
-        CLUSTER,
         claimed,
         env.world.nodes(),
         PassFlags(trust_applied=True, first_sight=True),
@@ -220,7 +220,7 @@ def test_an_adopted_load_balancer_is_tagged_before_it_is_checkpointed(env: Env) 
     (lb,) = env.elbv2.describe_load_balancers()["LoadBalancers"]
     env.elbv2.remove_tags(ResourceArns=[lb["LoadBalancerArn"]], TagKeys=["serverless-ccm/service-uid"])
     env.table.forget(uid)  # as if cloud-provider-aws had made it: no checkpoint, no UID tag
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), PassFlags())
+    env.lbs.ensure_load_balancer(svc, env.world.nodes(), PassFlags())
     tags = env.elbv2.describe_tags(ResourceArns=[lb["LoadBalancerArn"]])["TagDescriptions"][0]["Tags"]
     assert {"Key": "serverless-ccm/service-uid", "Value": uid} in tags
     assert env.table.get(uid) is not None
@@ -236,9 +236,9 @@ def test_the_fingerprint_does_not_depend_on_set_order_or_hash_seed() -> None:
 def test_a_classic_elb_noop_costs_one_read_and_a_host_update_one_call(world: World) -> None:
     env = Env(world, "clb")
     svc = env.created()
-    _, calls = env.calls(env.lbs.ensure_unchanged, CLUSTER, svc)
+    _, calls = env.calls(env.lbs.ensure_unchanged, svc)
     assert calls == {"elb:DescribeLoadBalancers": 1}
-    _, calls = env.calls(env.lbs.update_load_balancer, CLUSTER, svc, world.nodes()[:1], FIRST)
+    _, calls = env.calls(env.lbs.update_load_balancer, svc, world.nodes()[:1], FIRST)
     assert calls == {"elb:DeregisterInstancesFromLoadBalancer": 1}
     assert CallCounter.mutating(calls) == 1
 
@@ -253,14 +253,14 @@ def test_the_hostname_is_published_right_after_create_load_balancer(world: World
 
     world.clients.counter.reset_thread()
     svc = service(ports=[(80, 30080), (443, 30443)])
-    final = env.lbs.ensure_load_balancer(CLUSTER, svc, world.nodes(), PassFlags(), publish)
+    final = env.lbs.ensure_load_balancer(svc, world.nodes(), PassFlags(), publish)
     ((hostname, calls_then),) = seen
     assert hostname == final.ingress[0].hostname
     create = "elbv2:CreateLoadBalancer" if lb_type == "nlb" else "elb:CreateLoadBalancer"
     assert calls_then[create] == 1
     # Nothing of the rest was made yet: the clients see the address while listeners and targets follow.
     assert not {op for op in calls_then if "Listener" in op or "Register" in op or "HealthCheck" in op}
-    assert env.lbs.ensure_load_balancer(CLUSTER, svc, world.nodes(), PassFlags(), publish) == final
+    assert env.lbs.ensure_load_balancer(svc, world.nodes(), PassFlags(), publish) == final
     assert len(seen) == 1  # an existing LB publishes nothing early
 
 
@@ -272,7 +272,7 @@ def test_a_delete_waiting_on_its_security_group_does_not_delete_the_lb_twice(env
     for _ in range(100):
         env.world.clients.counter.reset_thread()
         try:
-            env.lbs.delete_for_uid(uid, CLUSTER)
+            env.lbs.delete_for_uid(uid)
             done = True
         except RetryError:
             done, waits = False, waits + 1
@@ -298,7 +298,7 @@ def test_a_delete_never_names_a_resource_that_is_gone(world: World, lb_type: str
             env.elbv2.delete_target_group(TargetGroupArn=tg["TargetGroupArn"])
     else:
         boto3.client("elb", region_name=REGION).delete_load_balancer(LoadBalancerName=env.table.get(uid).lb_id)  # type: ignore[union-attr]
-    _, calls = env.calls(env.lbs.delete_for_uid, uid, CLUSTER)
+    _, calls = env.calls(env.lbs.delete_for_uid, uid)
     assert not [op for op in calls if op.endswith(("DeleteLoadBalancer", "DeleteTargetGroup"))], calls
     assert env.lbs.applied_for(uid) is False
 
@@ -308,19 +308,19 @@ def test_a_tombstone_never_outlives_a_later_creation(env: Env) -> None:
     CreateLoadBalancer, before its checkpoint is stored: the delete that follows must still find the LB."""
     svc = env.created()
     uid = svc["metadata"]["uid"]
-    env.lbs.delete_for_uid(uid, CLUSTER)
+    env.lbs.delete_for_uid(uid)
     assert env.lbs.applied_for(uid) is False
 
     def crash(status: Any) -> None:
         raise RuntimeError("crash right after CreateLoadBalancer")
 
     with pytest.raises(RuntimeError):
-        env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), PassFlags(), crash)
+        env.lbs.ensure_load_balancer(svc, env.world.nodes(), PassFlags(), crash)
     assert len(env.elbv2.describe_load_balancers()["LoadBalancers"]) == 1
     assert env.lbs.applied_for(uid) is None  # no record: a delete looks everything up by name
     for _ in range(100):
         try:
-            env.lbs.delete_for_uid(uid, CLUSTER)
+            env.lbs.delete_for_uid(uid)
             break
         except RetryError:
             time.sleep(0.1)
@@ -334,5 +334,5 @@ def test_a_record_under_another_key_proves_nothing(env: Env) -> None:
     uid = svc["metadata"]["uid"]
     assert env.lbs.applied_for(uid, "default/web") is True
     assert env.lbs.applied_for(uid, "default/other") is None
-    env.lbs.delete_for_uid(uid, CLUSTER)
+    env.lbs.delete_for_uid(uid)
     assert env.lbs.applied_for(uid, "default/other") is False  # a tombstone deletes nothing, whoever asks

@@ -26,6 +26,7 @@ from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import CallCounter
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import CloudStateError, ImplementedElsewhere, InvalidServiceConfig
+from ccm.contracts.cluster import Cluster
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
 
@@ -49,8 +50,8 @@ class Env:
             VpcId=world.vpc_id,
             TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": CLUSTER_TAG, "Value": "owned"}]}],
         )
-        groups = SecurityGroups(world.clients, world.vpc_id, CLUSTER)
-        self.clb = ClassicLoadBalancers(world.clients, world.vpc_id, "ccm.aws/serverless", groups)
+        groups = SecurityGroups(world.clients, Cluster(CLUSTER, world.vpc_id))
+        self.clb = ClassicLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, "ccm.aws/serverless"), groups)
 
     def calls(self, action: Callable[[], Any]) -> Counter[str]:
         self.world.clients.counter.reset_thread()
@@ -59,7 +60,7 @@ class Env:
 
     def ensure(self, svc: dict, nodes: list[dict] | None = None) -> Counter[str]:
         nodes = self.world.nodes() if nodes is None else nodes
-        return self.calls(lambda: self.clb.ensure_load_balancer(CLUSTER, svc, nodes))
+        return self.calls(lambda: self.clb.ensure_load_balancer(svc, nodes))
 
     def describe(self, svc: dict) -> dict[str, Any]:
         name = name_of(svc)
@@ -113,7 +114,7 @@ def test_create_two_ports_three_nodes_then_noop(env: Env):
     assert sorted(g["GroupName"] for g in groups) == sorted(
         [sgm.shared_group_name(CLUSTER, sgm.ROLE_BACKEND), fm.listener_group_name(CLUSTER, "ipv4 tcp:80,443")]
     )
-    status, exists = env.clb.get_load_balancer(CLUSTER, svc)
+    status, exists = env.clb.get_load_balancer(svc)
     assert exists and status is not None and status.ingress[0].hostname == lb["DNSName"]
     # ELB: describe, create, health check, register; EC2: subnets, route tables; security groups, once per
     # execution environment: one read of the cluster's groups (none shared yet; the node group learnt), the shared
@@ -140,13 +141,13 @@ def test_nodes_added_removed_and_not_running(env: Env):
     gone = env.world.instances[0]
     env.ec2.terminate_instances(InstanceIds=[gone])
     env.world.clients.counter.reset_thread()
-    status = env.clb.ensure_load_balancer(CLUSTER, svc, nodes[:2])
+    status = env.clb.ensure_load_balancer(svc, nodes[:2])
     made = Counter(env.world.clients.counter.thread_calls())
     assert made["elb:RegisterInstancesWithLoadBalancer"] == 2 and made["ec2:DescribeInstances"] == 1
     assert [i["InstanceId"] for i in env.describe(svc)["Instances"]] == [env.world.instances[1]]
     assert [(w.reason, gone in w.message) for w in status.warnings] == [("TargetsRefused", True)]
 
-    update = env.calls(lambda: env.clb.update_load_balancer(CLUSTER, svc, nodes[1:]))
+    update = env.calls(lambda: env.clb.update_load_balancer(svc, nodes[1:]))
     assert update == {"elb:DescribeLoadBalancers": 1, "elb:RegisterInstancesWithLoadBalancer": 1}  # anchor 5
     assert sorted(i["InstanceId"] for i in env.describe(svc)["Instances"]) == sorted(env.world.instances[1:])
     assert mutating(env.ensure(svc, nodes[2:])) == {"elb:DeregisterInstancesFromLoadBalancer": 1}
@@ -300,8 +301,8 @@ def test_adopts_a_clb_made_by_cloud_provider_aws_but_not_an_untagged_one(env: En
     env.elb.create_load_balancer(LoadBalancerName=name_of(untagged), Listeners=listeners, Subnets=env.subnets)
     with pytest.raises(CloudStateError, match="not tagged"):  # cured in AWS (tag it): retried, not "invalid"
         env.ensure(untagged)
-    env.clb.ensure_load_balancer_deleted(CLUSTER, untagged)  # not ours: left in place
-    assert env.clb.get_load_balancer(CLUSTER, untagged)[1]
+    env.clb.ensure_load_balancer_deleted(untagged)  # not ours: left in place
+    assert env.clb.get_load_balancer(untagged)[1]
 
 
 def test_refusals_change_nothing(env: Env):
@@ -326,7 +327,7 @@ def test_a_scheme_change_keeps_the_clb_warns_and_converges_the_rest(env: Env):
     )
     svc["metadata"]["annotations"] = {A + "internal": "true", A + "connection-idle-timeout": "120"}
     env.world.clients.counter.reset_thread()
-    status = env.clb.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    status = env.clb.ensure_load_balancer(svc, env.world.nodes())
     assert mutating(env.world.clients.counter.thread_calls()) == {"elb:ModifyLoadBalancerAttributes": 1}
     (warning,) = status.warnings
     assert warning.reason == "LoadBalancerSettingFixed"
@@ -359,11 +360,11 @@ def test_subnets_annotation_by_name_kept_in_sync(env: Env):
 def test_delete_leaves_nothing(env: Env):
     svc = service()
     env.ensure(svc)
-    deleted = env.calls(lambda: env.clb.ensure_load_balancer_deleted(CLUSTER, svc))
+    deleted = env.calls(lambda: env.clb.ensure_load_balancer_deleted(svc))
     # DescribeTags (ownership), DescribeLoadBalancers (its groups), DeleteLoadBalancer. It carried only the shared
     # groups: no security-group call at all (no read-after-create check either: those groups are old).
     assert deleted == {"elb:DescribeTags": 1, "elb:DescribeLoadBalancers": 1, "elb:DeleteLoadBalancer": 1}
-    assert env.clb.get_load_balancer(CLUSTER, svc) == (None, False)
+    assert env.clb.get_load_balancer(svc) == (None, False)
     assert not env.clb.load_balancer_exists_for_uid(svc["metadata"]["uid"])
     vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
     groups = env.ec2.describe_security_groups(Filters=vpc_filter)["SecurityGroups"]
@@ -375,13 +376,13 @@ def test_delete_leaves_nothing(env: Env):
 
 
 def test_without_a_security_group_manager_groups_are_left_alone(env: Env):
-    plain = ClassicLoadBalancers(env.world.clients, env.world.vpc_id, "ccm.aws/serverless")
+    plain = ClassicLoadBalancers(env.world.clients, Cluster(CLUSTER, env.world.vpc_id, "ccm.aws/serverless"))
     svc = service()
-    made = env.calls(lambda: plain.ensure_load_balancer(CLUSTER, svc, env.world.nodes()))
+    made = env.calls(lambda: plain.ensure_load_balancer(svc, env.world.nodes()))
     assert not [op for op in made if "SecurityGroup" in op]
     assert sum(made.values()) == 6
-    assert CallCounter.mutating(env.calls(lambda: plain.ensure_load_balancer(CLUSTER, svc, env.world.nodes()))) == 0
-    assert env.calls(lambda: plain.ensure_load_balancer_deleted(CLUSTER, svc)) == {
+    assert CallCounter.mutating(env.calls(lambda: plain.ensure_load_balancer(svc, env.world.nodes()))) == 0
+    assert env.calls(lambda: plain.ensure_load_balancer_deleted(svc)) == {
         "elb:DescribeTags": 1,
         "elb:DeleteLoadBalancer": 1,
     }

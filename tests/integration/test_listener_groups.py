@@ -47,7 +47,7 @@ def test_a_cluster_of_80_443_services_passes_ec2_18_and_ec2_19(env: Env) -> None
         service("ssh", annotations={TYPE: "nlb"}, ports=[(22, 30022)], loadBalancerSourceRanges=["10.0.0.0/8"]),
     ]
     for svc in services:
-        env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+        env.lbs.ensure_load_balancer(svc, env.world.nodes())
     groups = vpc_groups(env)
     assert findings(groups) == []
     # The LBs of the same ports and family share one group: ipv4 80/443 (NLB and CLB), dualstack 80/443, ipv4 443.
@@ -68,7 +68,7 @@ def test_a_cluster_of_80_443_services_passes_ec2_18_and_ec2_19(env: Env) -> None
     flagged = {(control, gid) for control, gid, *_ in findings(vpc_groups(env))}
     assert flagged == {("EC2.18", legacy["GroupId"]), ("EC2.19", legacy["GroupId"])}
     ssh = web("nlb", "open-ssh", ports=[(22, 30023)])
-    env.lbs.ensure_load_balancer(CLUSTER, ssh, env.world.nodes())
+    env.lbs.ensure_load_balancer(ssh, env.world.nodes())
     ssh_group = [g for g in _groups_of(env, ssh, "nlb") if g != env.backend()[0]]
     assert {(c, p) for c, gid, _, p, _ in findings(vpc_groups(env)) if [gid] == ssh_group} == {
         ("EC2.18", 22),
@@ -138,7 +138,7 @@ def test_lbs_on_the_all_ports_group_move_to_their_listener_groups_then_it_goes(e
     a rule. The all-ports group is deleted by the pass that moves the last LB off it, not before."""
     nlb, clb = web("nlb", "n"), web("clb", "c", ports=[(443, 30443)])
     for svc in (nlb, clb):
-        env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+        env.lbs.ensure_load_balancer(svc, env.world.nodes())
     made = [g for t, s in (("nlb", nlb), ("clb", clb)) for g in _groups_of(env, s, t) if g != env.backend()[0]]
     legacy = legacy_frontend(env)
     for lb_type, svc in (("nlb", nlb), ("clb", clb)):
@@ -156,13 +156,13 @@ def test_lbs_on_the_all_ports_group_move_to_their_listener_groups_then_it_goes(e
         lambda params, **_: carried.append(sorted(params["SecurityGroups"])),
     )
 
-    env.lbs.ensure_load_balancer(CLUSTER, nlb, env.world.nodes())
+    env.lbs.ensure_load_balancer(nlb, env.world.nodes())
     new_nlb = _groups_of(env, nlb, "nlb")
     assert legacy not in new_nlb and env.backend()[0] in new_nlb
     assert carried == [sorted([legacy, *new_nlb]), sorted(new_nlb)]  # old and new together, then the new
     assert legacy in {g["GroupId"] for g in vpc_groups(env)}  # the Classic ELB still carries it
 
-    env.lbs.ensure_load_balancer(CLUSTER, clb, env.world.nodes(), PassFlags(thorough=True))
+    env.lbs.ensure_load_balancer(clb, env.world.nodes(), PassFlags(thorough=True))
     assert legacy not in _groups_of(env, clb, "clb")
     assert legacy not in {g["GroupId"] for g in vpc_groups(env)}  # no LB carries it: deleted
     assert gaps == []

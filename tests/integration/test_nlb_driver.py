@@ -39,7 +39,7 @@ def all_target_groups(world: World) -> list[dict]:
 
 def test_create_then_noop_makes_no_mutating_call(world: World):
     svc = service()
-    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    status = world.nlb.ensure_load_balancer(svc, world.nodes())
     state = lb_state(world, svc["metadata"]["uid"])
     assert status.ingress[0].hostname == state["dns"]
     assert state["scheme"] == "internet-facing"
@@ -48,7 +48,7 @@ def test_create_then_noop_makes_no_mutating_call(world: World):
     assert state["listeners"][443]["tg_port"] == 30443
 
     world.clients.counter.reset_thread()
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    world.nlb.ensure_load_balancer(svc, world.nodes())
     calls = world.clients.counter.thread_calls()
     assert CallCounter.mutating(calls) == 0
     # LB, LB attributes, listeners, target groups, 2x target health, and the tags of the LB and its groups (a full
@@ -58,12 +58,12 @@ def test_create_then_noop_makes_no_mutating_call(world: World):
 
 def test_update_ports_and_nodes_in_place(world: World):
     svc = service()
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    world.nlb.ensure_load_balancer(svc, world.nodes())
     svc["spec"]["ports"] = [
         {"protocol": "TCP", "port": 80, "nodePort": 30080},
         {"protocol": "UDP", "port": 53, "nodePort": 30053},
     ]
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes()[:2])
+    world.nlb.ensure_load_balancer(svc, world.nodes()[:2])
     state = lb_state(world, svc["metadata"]["uid"])
     assert set(state["listeners"]) == {80, 53}
     assert state["listeners"][53]["protocol"] == "UDP"
@@ -73,12 +73,12 @@ def test_update_ports_and_nodes_in_place(world: World):
 
 def test_health_check_protocol_change_switches_only_once_the_new_group_is_healthy(world: World):
     svc = service(ports=[(80, 30080)])
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    world.nlb.ensure_load_balancer(svc, world.nodes())
     old_group = all_target_groups(world)[0]["TargetGroupArn"]
     svc["spec"].update(externalTrafficPolicy="Local", healthCheckNodePort=31999)  # TCP -> HTTP health check
 
     with pytest.raises(RetryError) as waiting:
-        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+        world.nlb.ensure_load_balancer(svc, world.nodes())
     # The new group exists and is filled, but traffic still flows through the old, healthy one.
     assert waiting.value.delay_seconds == 20  # interval 10 s x healthy threshold 2 (the Local defaults)
     state = lb_state(world, svc["metadata"]["uid"])
@@ -90,7 +90,7 @@ def test_health_check_protocol_change_switches_only_once_the_new_group_is_health
     assert sorted(d["Target"]["Id"] for d in health) == sorted(world.instances)
 
     # The queue's retry is a thorough pass: it finds the not yet attached group.
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)
+    world.nlb.ensure_load_balancer(svc, world.nodes(), THOROUGH)
     state = lb_state(world, svc["metadata"]["uid"])
     assert state["listeners"][80]["hc"] == ("HTTP", "31999")
     assert [tg["TargetGroupArn"] for tg in all_target_groups(world)] == [new_group]
@@ -98,20 +98,20 @@ def test_health_check_protocol_change_switches_only_once_the_new_group_is_health
 
 def test_replacement_does_not_wait_when_the_old_group_serves_nobody(world: World):
     svc = service(ports=[(80, 30080)])
-    world.nlb.ensure_load_balancer(CLUSTER, svc, [])  # no nodes yet: nothing healthy to protect
+    world.nlb.ensure_load_balancer(svc, [])  # no nodes yet: nothing healthy to protect
     svc["spec"].update(externalTrafficPolicy="Local", healthCheckNodePort=31999)
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    world.nlb.ensure_load_balancer(svc, world.nodes())
     assert lb_state(world, svc["metadata"]["uid"])["listeners"][80]["hc"] == ("HTTP", "31999")
     assert len(all_target_groups(world)) == 1
 
 
 def test_delete_removes_everything_and_is_idempotent(world: World):
     svc = service()
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
-    assert world.nlb.get_load_balancer(CLUSTER, svc)[1]
-    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
-    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
-    assert world.nlb.get_load_balancer(CLUSTER, svc) == (None, False)
+    world.nlb.ensure_load_balancer(svc, world.nodes())
+    assert world.nlb.get_load_balancer(svc)[1]
+    world.nlb.ensure_load_balancer_deleted(svc)
+    world.nlb.ensure_load_balancer_deleted(svc)
+    assert world.nlb.get_load_balancer(svc) == (None, False)
     assert all_target_groups(world) == []
 
 
@@ -126,19 +126,19 @@ def test_crash_after_target_group_creation_is_repaired_by_a_thorough_pass(world:
 
     elbv2.meta.events.register("before-call.elastic-load-balancing-v2.CreateListener", crash_on_listener)
     with pytest.raises(RuntimeError):
-        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+        world.nlb.ensure_load_balancer(svc, world.nodes())
     elbv2.meta.events.unregister("before-call.elastic-load-balancing-v2.CreateListener", crash_on_listener)
     assert len(all_target_groups(world)) == 1  # orphaned: not attached to any listener
 
     # The service is then deleted before any retry succeeded: the orphan must not leak.
     # A delete always looks for tagged groups (delete_for_uid): no pass flag needed.
-    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
+    world.nlb.ensure_load_balancer_deleted(svc)
     assert all_target_groups(world) == []
 
 
 def test_crash_after_listener_delete_leaves_no_orphan_after_retry(world: World):
     svc = service()
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    world.nlb.ensure_load_balancer(svc, world.nodes())
     svc["spec"]["ports"] = svc["spec"]["ports"][:1]
     elbv2 = world.clients.elbv2
 
@@ -147,10 +147,10 @@ def test_crash_after_listener_delete_leaves_no_orphan_after_retry(world: World):
 
     elbv2.meta.events.register("before-call.elastic-load-balancing-v2.DeleteTargetGroup", crash)
     with pytest.raises(RuntimeError):
-        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+        world.nlb.ensure_load_balancer(svc, world.nodes())
     elbv2.meta.events.unregister("before-call.elastic-load-balancing-v2.DeleteTargetGroup", crash)
     assert len(all_target_groups(world)) == 2
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)  # what a retry does
+    world.nlb.ensure_load_balancer(svc, world.nodes(), THOROUGH)  # what a retry does
     assert len(all_target_groups(world)) == 1
 
 
@@ -159,7 +159,7 @@ def test_a_target_group_still_in_use_is_waited_on_then_deleted(world: World):
     # DeleteTargetGroup errors); on AWS the listeners of a deleted load balancer go with it a little later. Here
     # another load balancer's listener holds the group. A wait (RetryError), not a failure; the retry deletes it.
     svc = service(ports=[(80, 30080)])
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    world.nlb.ensure_load_balancer(svc, world.nodes())
     (tg,) = all_target_groups(world)
     elbv2 = world.clients.session.client("elbv2")
     in_vpc = [{"Name": "vpc-id", "Values": [world.vpc_id]}]
@@ -170,19 +170,19 @@ def test_a_target_group_still_in_use_is_waited_on_then_deleted(world: World):
         LoadBalancerArn=holder["LoadBalancerArn"], Port=80, Protocol="TCP", DefaultActions=forward
     )["Listeners"][0]
     with pytest.raises(RetryError) as err:
-        world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)
+        world.nlb.ensure_load_balancer_deleted(svc)
     retry = retry_for(err.value, attempt=1)
     assert retry.is_wait and retry.waiting_on == f"target group {tg['TargetGroupArn']} still in use"
-    assert world.nlb.get_load_balancer(CLUSTER, svc) == (None, False)  # the load balancer itself is gone
+    assert world.nlb.get_load_balancer(svc) == (None, False)  # the load balancer itself is gone
     elbv2.delete_listener(ListenerArn=listener["ListenerArn"])
-    world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)  # the retry finds the group by its UID tag
+    world.nlb.ensure_load_balancer_deleted(svc)  # the retry finds the group by its UID tag
     assert all_target_groups(world) == []
 
 
 def test_foreign_service_is_implemented_elsewhere(world: World):
     svc = service(annotations={"service.beta.kubernetes.io/aws-load-balancer-type": "external"})
     with pytest.raises(ImplementedElsewhere):
-        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+        world.nlb.ensure_load_balancer(svc, world.nodes())
     with pytest.raises(ClientError):
         world.clients.elbv2.describe_load_balancers(Names=[("a" + svc["metadata"]["uid"].replace("-", ""))[:32]])
 
@@ -215,21 +215,21 @@ def test_adopts_an_nlb_made_by_cloud_provider_aws_and_moves_traffic_without_a_ga
     )
 
     with pytest.raises(RetryError):  # ours is created and filled; theirs keeps serving
-        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+        world.nlb.ensure_load_balancer(svc, world.nodes())
     listener = elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"][0]
     assert listener["DefaultActions"][0]["TargetGroupArn"] == theirs
 
     # IAM changes only UID-tagged resources: the LB and their target group got our UID tag before the first write;
     # their listener carries no tag at all (upstream tags none), so it is refused until the operator tags it.
     with pytest.raises(CloudStateError, match="aws elbv2 add-tags --resource-arns"):
-        world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)
+        world.nlb.ensure_load_balancer(svc, world.nodes(), THOROUGH)
     uid_tag = {"Key": "serverless-ccm/service-uid", "Value": svc["metadata"]["uid"]}
     for arn in (lb["LoadBalancerArn"], theirs):
         assert uid_tag in elbv2.describe_tags(ResourceArns=[arn])["TagDescriptions"][0]["Tags"], arn
     refused = elbv2.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"][0]
     assert refused["DefaultActions"][0]["TargetGroupArn"] == theirs  # nothing switched
     elbv2.add_tags(ResourceArns=[listener["ListenerArn"]], Tags=upstream_tags[:1])  # docs/migration.md
-    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes(), THOROUGH)
+    status = world.nlb.ensure_load_balancer(svc, world.nodes(), THOROUGH)
     assert uid_tag in elbv2.describe_tags(ResourceArns=[listener["ListenerArn"]])["TagDescriptions"][0]["Tags"]
     assert status.ingress[0].hostname == lb["DNSName"]  # same LB: clients keep resolving the same name
     assert [x["LoadBalancerArn"] for x in elbv2.describe_load_balancers()["LoadBalancers"]] == [lb["LoadBalancerArn"]]
@@ -246,7 +246,7 @@ def test_an_instance_aws_refuses_is_dropped_and_reported_not_fatal(world: World)
     world.clients.session.client("ec2").terminate_instances(InstanceIds=[gone])
     nodes = [*world.nodes(), node("ghost", unknown)]
     world.clients.counter.reset_thread()
-    status = world.nlb.ensure_load_balancer(CLUSTER, svc, nodes)
+    status = world.nlb.ensure_load_balancer(svc, nodes)
     calls = world.clients.counter.thread_calls()
     state = lb_state(world, svc["metadata"]["uid"])
     assert {p: ls["targets"] for p, ls in state["listeners"].items()} == {
@@ -258,7 +258,7 @@ def test_an_instance_aws_refuses_is_dropped_and_reported_not_fatal(world: World)
     assert gone in warning.message and unknown in warning.message
     assert calls["ec2:DescribeInstances"] == 2  # asked only because AWS refused (once per target group)
     world.clients.counter.reset_thread()
-    world.nlb.update_load_balancer(CLUSTER, svc, nodes[1:3])  # a host update: refused nodes gone, nothing to do
+    world.nlb.update_load_balancer(svc, nodes[1:3])  # a host update: refused nodes gone, nothing to do
     assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
 
 
@@ -267,7 +267,7 @@ def test_a_terminated_instance_alone_is_refused_and_dropped(world: World):
     svc = service()
     gone = world.instances[0]
     world.clients.session.client("ec2").terminate_instances(InstanceIds=[gone])
-    status = world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    status = world.nlb.ensure_load_balancer(svc, world.nodes())
     state = lb_state(world, svc["metadata"]["uid"])
     assert {p: ls["targets"] for p, ls in state["listeners"].items()} == {
         80: sorted(world.instances[1:]),
@@ -280,7 +280,7 @@ def test_a_terminated_instance_alone_is_refused_and_dropped(world: World):
 def test_an_nlb_of_our_name_not_tagged_for_us_is_left_in_place_and_reported(
     world: World, caplog: pytest.LogCaptureFixture
 ):
-    """The Classic ELB driver's rule (ccm.aws.ownership.ours_to_delete): the name alone proves nothing."""
+    """The drivers' one rule (`Cluster.claim`): the name alone proves nothing."""
     svc, by_hand = service(ports=[(80, 30080)]), service(name="other", ports=[(80, 30080)])
     elbv2 = world.clients.session.client("elbv2")
     ec2 = world.clients.session.client("ec2")
@@ -300,7 +300,7 @@ def test_an_nlb_of_our_name_not_tagged_for_us_is_left_in_place_and_reported(
 
     world.clients.counter.reset_thread()
     with caplog.at_level("WARNING", logger="ccm.aws"):  # the driver and its parts (nlb_adoption, ...)
-        world.nlb.ensure_load_balancer_deleted(CLUSTER, svc)  # another cluster's
+        world.nlb.ensure_load_balancer_deleted(svc)  # another cluster's
         assert world.nlb.delete_for_uid(by_hand["metadata"]["uid"]) is False  # no cluster tag at all
     assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
     assert sorted(lb["LoadBalancerArn"] for lb in elbv2.describe_load_balancers()["LoadBalancers"]) == sorted(

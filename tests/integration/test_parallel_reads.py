@@ -16,6 +16,7 @@ from ccm.aws import subnets
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.aws.parallel import in_parallel
 from ccm.aws.security_groups import SecurityGroups
+from ccm.contracts.cluster import Cluster
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
 
@@ -84,14 +85,14 @@ def test_a_new_environment_reads_subnets_route_tables_and_groups_at_once(world: 
             {"ResourceType": "security-group", "Tags": [{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}]}
         ],
     )
-    groups = SecurityGroups(world.clients, world.vpc_id, CLUSTER)
-    nlb = NetworkLoadBalancers(world.clients, world.vpc_id, "ccm.aws/serverless", groups)
-    nlb.ensure_load_balancer(CLUSTER, service(), world.nodes())  # the cluster's shared groups now exist
+    groups = SecurityGroups(world.clients, Cluster(CLUSTER, world.vpc_id))
+    nlb = NetworkLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, "ccm.aws/serverless"), groups)
+    nlb.ensure_load_balancer(service(), world.nodes())  # the cluster's shared groups now exist
     groups.forget_node_groups()  # a new execution environment: its caches are empty
     subnets.forget_discovery(world.vpc_id)
     spans = Spans(world.clients.ec2)
     world.clients.counter.reset_thread()
-    nlb.ensure_load_balancer(CLUSTER, service(), world.nodes())
+    nlb.ensure_load_balancer(service(), world.nodes())
     subnet_read, table_read = spans.of("DescribeSubnets"), spans.of("DescribeRouteTables")
     group_read = spans.of("DescribeSecurityGroups")
     assert overlap(subnet_read, table_read) and overlap(subnet_read, group_read) and overlap(table_read, group_read)

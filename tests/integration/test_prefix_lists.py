@@ -14,7 +14,7 @@ from ccm.aws.lbconfig import PREFIX_LISTS_ANNOTATION
 from ccm.contracts.cloud import CloudStateError, PassFlags
 from tests.compliance import findings
 from tests.factories import service
-from tests.integration.conftest import CLUSTER, World
+from tests.integration.conftest import World
 from tests.integration.test_balancers_delete import TYPE, Env, _groups_of
 
 THOROUGH = PassFlags(thorough=True)
@@ -46,7 +46,7 @@ def client_rules(env: Env, svc: dict[str, Any], lb_type: str) -> set[tuple[str, 
 def test_prefix_lists_replace_everywhere_when_no_ranges_are_given(env: Env, lb_type: str) -> None:
     office = prefix_list(env, "office", "198.51.100.0/24")
     svc = service("web", annotations={TYPE: lb_type, PREFIX_LISTS_ANNOTATION: office}, ports=[(443, 30443)])
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    env.lbs.ensure_load_balancer(svc, env.world.nodes())
     assert client_rules(env, svc, lb_type) == {("tcp", 443, office)}
     groups = env.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [env.world.vpc_id]}])
     assert findings(groups["SecurityGroups"]) == []  # nothing open to the world
@@ -60,13 +60,13 @@ def test_prefix_lists_sit_beside_the_services_ranges_and_follow_changes(env: Env
         ports=[(443, 30443)],
         loadBalancerSourceRanges=["10.0.0.0/8"],
     )
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+    env.lbs.ensure_load_balancer(svc, env.world.nodes())
     assert {r for r in client_rules(env, svc, "nlb") if r[0] == "tcp"} == {
         ("tcp", 443, office),
         ("tcp", 443, "10.0.0.0/8"),
     }
     svc["metadata"]["annotations"][PREFIX_LISTS_ANNOTATION] = vpn
-    env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes(), THOROUGH)
+    env.lbs.ensure_load_balancer(svc, env.world.nodes(), THOROUGH)
     assert {r for r in client_rules(env, svc, "nlb") if r[0] == "tcp"} == {
         ("tcp", 443, vpn),
         ("tcp", 443, "10.0.0.0/8"),
@@ -76,5 +76,5 @@ def test_prefix_lists_sit_beside_the_services_ranges_and_follow_changes(env: Env
 def test_an_unknown_prefix_list_changes_nothing_in_aws(env: Env) -> None:
     svc = service("web", annotations={TYPE: "nlb", PREFIX_LISTS_ANNOTATION: "pl-0123456789abcdef0"})
     with pytest.raises(CloudStateError, match="managed prefix list pl-0123456789abcdef0 was not found"):
-        env.lbs.ensure_load_balancer(CLUSTER, svc, env.world.nodes())
+        env.lbs.ensure_load_balancer(svc, env.world.nodes())
     assert env.nlbs() == [] and env.managed_groups() == []

@@ -24,6 +24,7 @@ from ccm.aws.clients import AwsClients, CallCounter
 from ccm.aws.lbconfig import LoadBalancerConfig
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig, RetryError
+from ccm.contracts.cluster import Cluster
 from devstack.aws_faithful import FaithfulSettings
 from tests.factories import service
 
@@ -94,7 +95,7 @@ def world(aws: AwsClients) -> Iterator[World]:
     ec2 = aws.ec2  # arranging through the counted client is fine: tests reset the counter before measuring
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZone="us-east-1a")["Subnet"]
-    w = World(ec2, vpc, subnet["SubnetId"], "", aws, SecurityGroups(aws, vpc, CLUSTER))
+    w = World(ec2, vpc, subnet["SubnetId"], "", aws, SecurityGroups(aws, Cluster(CLUSTER, vpc)))
     # The one cluster-tagged node group; instances only where discovery needs them (per-instance choice).
     w.node_sg = w.new_group(f"{CLUSTER}-nodes", {CLUSTER_TAG: "owned"})
     aws.counter.reset_thread()
@@ -706,7 +707,7 @@ def test_annotations_may_name_only_cluster_tagged_groups_of_the_vpc(world: World
     assert CallCounter.mutating(world.calls()) == 0
     assert all(r.source_group != untagged for r in world.node_rules())
     # The template parameter AnnotationSecurityGroups=any lifts the tag requirement (never the VPC one).
-    relaxed = SecurityGroups(world.clients, world.vpc_id, CLUSTER, any_named_group=True)
+    relaxed = SecurityGroups(world.clients, Cluster(CLUSTER, world.vpc_id), any_named_group=True)
     svc, cfg = svc_and_config(ann={P + "security-groups": untagged})
     assert relaxed.ensure_lb_group(lb_name(svc), svc, cfg, "nlb", {}) == [untagged]
     svc, cfg = svc_and_config(ann={P + "security-groups": foreign})

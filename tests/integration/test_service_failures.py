@@ -248,8 +248,8 @@ def test_groups_named_for_an_nlb_made_without_groups_are_not_read(world: World):
     """AWS cannot add groups to an NLB created without them, so the groups a Service names there are never used:
     a missing one must not fail the Service (only references about to be used are verified)."""
     svc = service(annotations={a.TYPE_ANNOTATION: "nlb"})
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())  # no SecurityGroups driver: made without groups
+    world.nlb.ensure_load_balancer(svc, world.nodes())  # no SecurityGroups driver: made without groups
     svc["metadata"]["annotations"][a.SECURITY_GROUPS_ANNOTATION] = MISSING_SG
     world.clients.counter.reset_thread()
-    world.nlb.ensure_load_balancer(CLUSTER, svc, world.nodes())
+    world.nlb.ensure_load_balancer(svc, world.nodes())
     assert not any(op.startswith("ec2:") for op in world.clients.counter.thread_calls())

@@ -23,6 +23,7 @@ from ccm.aws.table import ClusterTable
 from ccm.aws.table_views import OrphanMarksTable
 from ccm.config import Settings
 from ccm.contracts.cloud import PassFlags
+from ccm.contracts.cluster import Cluster
 from ccm.contracts.messages import REPAIR, delta_for, parse_delta
 from ccm.k8s.kube import Kube
 from ccm.k8s.kubeconfig import from_kubeconfig
@@ -115,7 +116,7 @@ class Stack:
             Settings(CLUSTER, self.world.vpc_id, default_lb_type="nlb"), self.queue_url, TABLE, dry_run, GRACE
         )
         clients = clients or self.world.clients
-        groups = SecurityGroups(clients, self.world.vpc_id, CLUSTER)
+        groups = SecurityGroups(clients, Cluster(CLUSTER, self.world.vpc_id))
         lister = ServiceLister(self.lambda_api)
         marks = OrphanMarksTable(ClusterTable(TABLE, clients))
         return Sweeper(settings, Kube(self.lambda_api), lister, clients, groups, marks, clock=self.clock)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ccm.contracts.cluster import Cluster
 from ccm.sweeper.custom_resource import FAILED, SUCCESS, handle
 from ccm.sweeper.teardown import STALLED_PASSES, WAIT_SECONDS, Teardown, TeardownResource
 from tests.cfn_response import CloudFormation
@@ -37,7 +38,9 @@ def vpc_group_names(env: Env) -> set[str]:
 
 def run(env: Env, cfn: CloudFormation, request_type: str, remaining_ms: int = 0) -> dict[str, Any]:
     slept: list[float] = []
-    resource = TeardownResource(Teardown(env.world.clients, CLUSTER, env.groups), sleep=slept.append)
+    resource = TeardownResource(
+        Teardown(env.world.clients, Cluster(CLUSTER, env.world.vpc_id), env.groups), sleep=slept.append
+    )
     handle(cfn.event(request_type), resource.physical_id, lambda: resource.delete(lambda: remaining_ms), resource.keep)
     return cfn.responses[-1]
 
@@ -53,7 +56,7 @@ def test_create_and_update_change_nothing(env: Env, cfn: CloudFormation) -> None
 def test_a_delete_refuses_while_a_load_balancer_is_left_then_leaves_nothing(env: Env, cfn: CloudFormation) -> None:
     before = vpc_group_names(env)
     web = service("web", annotations={TYPE: "nlb"})
-    env.lbs.ensure_load_balancer(CLUSTER, web, env.world.nodes())
+    env.lbs.ensure_load_balancer(web, env.world.nodes())
     made = vpc_group_names(env) - before
     assert len(made) == 2 and env.node_rule_sources()  # backend + listener group; the backend node rule
 
@@ -72,9 +75,11 @@ def test_a_delete_refuses_while_a_load_balancer_is_left_then_leaves_nothing(env:
 def test_a_delete_waits_while_time_is_left(env: Env, cfn: CloudFormation) -> None:
     """With time left, a pass that finds a load balancer waits and tries again (a Service being deleted now)."""
     web = service("web", annotations={TYPE: "nlb"})
-    env.lbs.ensure_load_balancer(CLUSTER, web, env.world.nodes())
+    env.lbs.ensure_load_balancer(web, env.world.nodes())
     passes: list[int] = []
-    resource = TeardownResource(Teardown(env.world.clients, CLUSTER, env.groups), sleep=lambda _: passes.append(1))
+    resource = TeardownResource(
+        Teardown(env.world.clients, Cluster(CLUSTER, env.world.vpc_id), env.groups), sleep=lambda _: passes.append(1)
+    )
     original = resource.teardown.run
 
     def run_and_delete_after_first() -> Any:
@@ -99,9 +104,11 @@ def test_an_unexpected_error_is_answered_not_left_hanging(env: Env, cfn: CloudFo
 
 def test_a_delete_refuses_soon_when_the_load_balancers_left_do_not_change(env: Env, cfn: CloudFormation) -> None:
     """Nobody is deleting the Services: the refusal comes after the stall limit, not at the function's timeout."""
-    env.lbs.ensure_load_balancer(CLUSTER, service("web", annotations={TYPE: "nlb"}), env.world.nodes())
+    env.lbs.ensure_load_balancer(service("web", annotations={TYPE: "nlb"}), env.world.nodes())
     waits: list[float] = []
-    resource = TeardownResource(Teardown(env.world.clients, CLUSTER, env.groups), sleep=waits.append)
+    resource = TeardownResource(
+        Teardown(env.world.clients, Cluster(CLUSTER, env.world.vpc_id), env.groups), sleep=waits.append
+    )
     outcome = resource.delete(lambda: 900_000)
     assert outcome.status == FAILED and "still exist (default/web" in outcome.reason
     assert waits == [WAIT_SECONDS] * STALLED_PASSES

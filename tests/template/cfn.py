@@ -62,9 +62,9 @@ def nested_raw(path: Path) -> dict[str, Any]:
 
 
 @cache
-def translated() -> dict[str, Any]:
-    """The template after the SAM transform (as `sam deploy` would hand it to CloudFormation)."""
-    tpl: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
+def translated(path: Path = TEMPLATE) -> dict[str, Any]:
+    """The template after the SAM transform (as `sam deploy` would hand it to CloudFormation); guided.yaml too."""
+    tpl: dict[str, Any] = yaml_parse(path.read_text())
     for res in tpl["Resources"].values():
         props = res.get("Properties", {})
         for key in ("CodeUri", "ContentUri"):
@@ -174,6 +174,9 @@ class Stack:
         if key == "Fn::Join":
             joined = self.value(arg[1])
             return arg[0].join(str(x) for x in (joined if isinstance(joined, list) else [joined]))
+        if key == "Fn::FindInMap":  # guided.yaml's fixed settings
+            name, first, second = (self.value(x) for x in arg)
+            return self.tpl["Mappings"][name][first][second]
         if key == "Fn::Split":
             return str(self.value(arg[1])).split(arg[0])
         if key == "Fn::Sub":

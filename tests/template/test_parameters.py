@@ -54,6 +54,8 @@ def test_every_parameter_is_described_and_constrained(name: str) -> None:
         ("KubeconfigSecretArn", "arn:aws:secretsmanager:REGION:ACCOUNT:secret:CHANGE-ME"),
         ("KubeconfigSecretArn", "my-secret"),
         ("WatcherOidcIssuer", "CHANGE-ME.example.com"),
+        ("WatcherOidcIssuer", "change-me"),
+        ("WatcherOidcIssuer", "<issuer>"),
         ("WatcherOidcIssuer", "https://oidc.eks.us-east-1.amazonaws.com/id/ABC"),
         ("LoadBalancerClass", "serverless"),
         ("WatcherNamespace", "Serverless_CCM"),

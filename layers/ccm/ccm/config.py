@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from ccm.contracts.cluster import Cluster
+
 DEFAULT_LOAD_BALANCER_CLASS: Final = "ccm.aws/serverless"
 # How long node changes are coalesced into one HOSTS message (the nodes Lambda) and the longest a HOSTS message
 # may wait (the services Lambda): both read the same variable.
@@ -54,3 +56,10 @@ class Settings:
     sweeper_grace_seconds: float = 1800.0
     # The Kubernetes client.
     kube: KubeSettings = KubeSettings()
+
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster value the composition roots hand to the drivers (ccm.contracts.cluster)."""
+        return Cluster.of(
+            self.cluster_name, self.vpc_id, self.load_balancer_class, self.claim_unclassed, self.default_lb_type
+        )

@@ -76,23 +76,22 @@ class LoadBalancers:
         return self.drivers[self.lb_type(service)]
 
     # -- contract ---------------------------------------------------------------------------------------------
-    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:
-        return self.drivers["nlb"].get_load_balancer_name(cluster_name, service)
+    def get_load_balancer_name(self, service: KubeObject) -> str:
+        return self.drivers["nlb"].get_load_balancer_name(service)
 
-    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
+    def get_load_balancer(self, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
         try:
-            return self._driver(service).get_load_balancer(cluster_name, service)
+            return self._driver(service).get_load_balancer(service)
         except InvalidServiceConfig:
             # On the delete path the annotations may be invalid: look under both APIs.
             for driver in self.drivers.values():
-                status, exists = driver.get_load_balancer(cluster_name, service)
+                status, exists = driver.get_load_balancer(service)
                 if exists:
                     return status, True
             return None, False
 
     def ensure_load_balancer(
         self,
-        cluster_name: str,
         service: KubeObject,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
@@ -111,7 +110,7 @@ class LoadBalancers:
         else:
             switched = False
         try:
-            status = self.drivers[chosen].ensure_load_balancer(cluster_name, service, nodes, flags, publish)
+            status = self.drivers[chosen].ensure_load_balancer(service, nodes, flags, publish)
         except ClientError as err:
             if self.security_groups is not None and error_code(err) in _GROUP_GONE:
                 self.security_groups.forget_node_groups()  # a cached shared group is gone: found or made again
@@ -135,14 +134,14 @@ class LoadBalancers:
         return status
 
     # -- the checkpoint (ccm.aws.applied) ----------------------------------------------------------------------
-    def _checkpoint(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerDriver, str, Applied] | None:
+    def _checkpoint(self, service: KubeObject) -> tuple[LoadBalancerDriver, str, Applied] | None:
         """The Service's checkpoint when it matches what the Service asks for now, with its driver and fingerprint."""
         if self.applied is None:
             return None
         try:
             lb_type = self.lb_type(service)
             driver = self.drivers[lb_type]
-            fingerprint = driver.fingerprint(cluster_name, service)
+            fingerprint = driver.fingerprint(service)
         except (InvalidServiceConfig, ImplementedElsewhere):
             return None  # the full pass says why
         applied = self.applied.get(p.meta(service)["uid"])
@@ -152,8 +151,8 @@ class LoadBalancers:
             return None
         return driver, fingerprint, applied
 
-    def ensure_unchanged(self, cluster_name: str, service: KubeObject) -> LoadBalancerStatus | None:
-        found = self._checkpoint(cluster_name, service)
+    def ensure_unchanged(self, service: KubeObject) -> LoadBalancerStatus | None:
+        found = self._checkpoint(service)
         if found is None or due_for_full_read(found[2], self.clock()):
             return None
         driver, _, applied = found
@@ -172,11 +171,11 @@ class LoadBalancers:
         return None if service_key is not None and applied.service_key != service_key else True
 
     def update_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> None:
         """With a matching checkpoint: only the difference to the stored target set, by the stored ARNs (one call
         per target group and direction, no read). Otherwise the driver reads and converges the targets."""
-        found = self._checkpoint(cluster_name, service) if flags.trust_applied else None
+        found = self._checkpoint(service) if flags.trust_applied else None
         wanted = frozenset(i for i in map(p.instance_id, nodes) if i)
         if found is not None:
             driver, fingerprint, applied = found
@@ -192,27 +191,27 @@ class LoadBalancers:
             assert self.applied is not None
             self.applied.put_targets(applied.uid, fingerprint, wanted - frozenset(refused))
             return
-        self._driver(service).update_load_balancer(cluster_name, service, nodes, flags)
-        if (again := self._checkpoint(cluster_name, service)) is not None and self.applied is not None:
+        self._driver(service).update_load_balancer(service, nodes, flags)
+        if (again := self._checkpoint(service)) is not None and self.applied is not None:
             # The full update converged the targets: the checkpoint's set follows, or the next diff would be wrong.
             self.applied.put_targets(again[2].uid, again[1], wanted)
 
-    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
-        self.delete_for_uid(p.meta(service)["uid"], cluster_name)
+    def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
+        self.delete_for_uid(p.meta(service)["uid"])
 
-    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> None:
+    def delete_for_uid(self, uid: str) -> None:
         """With a checkpoint: by its stored ids, plus whatever else carries the UID tag (one tagging read: target
         groups a crash orphaned, an LB of the other type). Without one, every type's LB is looked up by name. Then
         the Service's own security group, and a tombstone, so an echo of this delete costs nothing."""
         applied = None if self.applied is None else self.applied.get(uid)
         if applied is not None and applied.deleted:
             return
-        if applied is None or not self._delete_applied(applied, cluster_name):
-            self._delete_by_name(uid, cluster_name)
+        if applied is None or not self._delete_applied(applied):
+            self._delete_by_name(uid)
         if self.applied is not None:
             self.applied.tombstone(uid)
 
-    def _delete_applied(self, applied: Applied, cluster_name: str | None) -> bool:
+    def _delete_applied(self, applied: Applied) -> bool:
         """False when something else carries the UID tag: the by-name path then deletes it too."""
         tagged = tagged_elb_arns(self.tagging, applied.uid) if self.tagging is not None else set()
         if not applied.released:
@@ -241,14 +240,14 @@ class LoadBalancers:
                 raise
         return True
 
-    def _delete_by_name(self, uid: str, cluster_name: str | None) -> None:
+    def _delete_by_name(self, uid: str) -> None:
         """Every type's LB first (each driver runs even if another must wait), then the shared group. Each driver
-        leaves an LB that is not ours in place (ccm.aws.ownership.ours_to_delete), and the group stays with it."""
+        leaves an LB that is not ours in place (`Cluster.claim`), and the group stays with it."""
         waiting: RetryError | None = None
         all_gone = True
         for driver in self.drivers.values():
             try:
-                all_gone = driver.delete_for_uid(uid, cluster_name) and all_gone
+                all_gone = driver.delete_for_uid(uid) and all_gone
             except RetryError as err:
                 waiting, all_gone = waiting or err, False
         if waiting is not None:

@@ -36,7 +36,7 @@ from ccm.aws.errors import error_code
 from ccm.aws.fixed_settings import FIXED_SETTING, scheme_kept
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
 from ccm.aws.lbconfig.notices import annotation_notices
-from ccm.aws.ownership import clb_tags, ours_to_delete
+from ccm.aws.ownership import clb_tags
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_instances
@@ -55,6 +55,7 @@ from ccm.contracts.cloud import (
     Publish,
     RetryError,
 )
+from ccm.contracts.cluster import Claim, Cluster
 
 log = logging.getLogger(__name__)
 
@@ -69,34 +70,28 @@ def _status(dns_name: str) -> LoadBalancerStatus:
 
 
 class ClassicLoadBalancers:
-    def __init__(
-        self,
-        clients: AwsClients,
-        vpc_id: str,
-        our_class: str,
-        security_groups: SecurityGroups | None = None,
-    ) -> None:
+    def __init__(self, clients: AwsClients, cluster: Cluster, security_groups: SecurityGroups | None = None) -> None:
         self.clients = clients
-        self.vpc_id = vpc_id
-        self.our_class = our_class
+        self.cluster = cluster
+        self.vpc_id = cluster.vpc_id
+        self.our_class = cluster.load_balancer_class
         self.security_groups = security_groups  # None: leave security groups alone (AWS's default group)
-        self.references = refs.ReferenceChecker(clients, vpc_id)
+        self.references = refs.ReferenceChecker(clients, cluster.vpc_id)
 
     @property
     def elb(self) -> Any:
         return self.clients.client("elb")
 
     # -- contract ---------------------------------------------------------------------------------------------
-    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:
+    def get_load_balancer_name(self, service: KubeObject) -> str:
         return names.load_balancer_name(p.meta(service)["uid"])
 
-    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
-        lb = self._describe_lb(self.get_load_balancer_name(cluster_name, service))
+    def get_load_balancer(self, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
+        lb = self._describe_lb(self.get_load_balancer_name(service))
         return (None, False) if lb is None else (_status(lb["DNSName"]), True)
 
     def ensure_load_balancer(
         self,
-        cluster_name: str,
         service: KubeObject,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
@@ -116,13 +111,13 @@ class ClassicLoadBalancers:
             if found is None:
                 raise RetryError(f"{name} disappeared while being read", delay_seconds=5)
             tags = found
-            self._check_adoptable(lb, tags, cluster_name)
+            self._check_adoptable(lb, tags)
             if kept := scheme_kept("Classic ELB", lb.get("Scheme") or "", config):
                 warnings.append(LoadBalancerWarning(FIXED_SETTING, kept))
                 config = replace(config, scheme=lb["Scheme"])  # converged as it is: subnets found for its scheme
         # Everything that can refuse the Service happens above and here, before the first write.
-        subnets, scanned = self._subnets_and_groups(config, cluster_name, nodes, creating=lb is None)
-        desired = m.desired_clb(service, config, nodes, cluster_name, subnets.ids)
+        subnets, scanned = self._subnets_and_groups(config, nodes, creating=lb is None)
+        desired = m.desired_clb(service, config, nodes, self.cluster.name, subnets.ids)
         self.references.verify(refs.wanted(config, creating=lb is None) - refs.in_use(lb), config)
         groups: list[str] = []
         if self.security_groups is not None:
@@ -138,7 +133,7 @@ class ClassicLoadBalancers:
                 described = self.elb.describe_load_balancer_attributes(LoadBalancerName=name)
                 attributes = described["LoadBalancerAttributes"]
             observed = observed_from_api(lb, tags, attributes)
-        refused = writes.apply_plan(self.clients, name, m.plan(desired, observed, cluster_name))
+        refused = writes.apply_plan(self.clients, name, m.plan(desired, observed, self.cluster.name))
         warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, subnets.warning)] if subnets.warning else []
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         unreachable = None
@@ -153,7 +148,7 @@ class ClassicLoadBalancers:
             uid=uid,
             service_key=f"{p.meta(service).get('namespace')}/{p.meta(service).get('name')}",
             lb_type="clb",
-            fingerprint=self.fingerprint(cluster_name, service),
+            fingerprint=self.fingerprint(service),
             lb_id=name,
             hostname=observed.dns_name,
             targets=desired.instances - frozenset(refused),
@@ -165,9 +160,9 @@ class ClassicLoadBalancers:
         return replace(_status(observed.dns_name), warnings=tuple(warnings), notices=notices, applied=applied)
 
     # -- the checkpoint (ccm.aws.applied; LoadBalancers keeps it) -------------------------------------------------
-    def fingerprint(self, cluster_name: str, service: KubeObject) -> str:
+    def fingerprint(self, service: KubeObject) -> str:
         config = self._config(service)
-        return fingerprint("clb", config, m.desired_clb(service, config, (), cluster_name), self.vpc_id)
+        return fingerprint("clb", config, m.desired_clb(service, config, (), self.cluster.name), self.vpc_id)
 
     def active_hostname(self, applied: Applied) -> str | None:
         lb = self._describe_lb(applied.lb_id)
@@ -193,31 +188,31 @@ class ClassicLoadBalancers:
             self.elb.delete_load_balancer(LoadBalancerName=applied.lb_id)
 
     def update_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> None:
         """Only the instances: a host update never changes anything else (a Service change does that)."""
         config = self._config(service)
-        desired = m.desired_clb(service, config, nodes, cluster_name)
+        desired = m.desired_clb(service, config, nodes, self.cluster.name)
         lb = self._describe_lb(desired.name)
         if lb is None:
             raise RetryError("load balancer not created yet", delay_seconds=5)
         writes.apply_plan(self.clients, desired.name, m.instance_changes(desired, observed_from_api(lb, {}, None)))
 
-    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
+    def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
         """This driver alone: the CLB, then its managed group, which AWS keeps busy for a while after the LB is
         gone (delete_lb_group raises RetryError meanwhile). LoadBalancers does the same for both types."""
         uid = p.meta(service)["uid"]
-        if self.delete_for_uid(uid, cluster_name) and self.security_groups is not None:
+        if self.delete_for_uid(uid) and self.security_groups is not None:
             self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
-    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> bool:
+    def delete_for_uid(self, uid: str) -> bool:
         """Listeners, policies, health check and registrations go with the LB; never the security group, which an
         NLB of the same Service shares by name. False when a CLB of that name is left in place (not ours)."""
         name = names.load_balancer_name(uid)
         tags = self._tags(name)
         if tags is not None:
-            if not ours_to_delete(tags, uid, cluster_name):
+            if self.cluster.claim(tags, uid) is Claim.NOT_OURS:
                 log.warning("clb %s: not tagged for this cluster, left in place", name)
                 return False
             if self.security_groups is not None:
@@ -242,12 +237,12 @@ class ClassicLoadBalancers:
             raise InvalidServiceConfig("the Service asks for an NLB; the Classic ELB driver cannot make one")
         return config
 
-    def _check_adoptable(self, lb: dict[str, Any], tags: dict[str, str], cluster_name: str) -> None:
+    def _check_adoptable(self, lb: dict[str, Any], tags: dict[str, str]) -> None:
         name = lb["LoadBalancerName"]
-        if names.cluster_tag_key(cluster_name) not in tags:
+        if self.cluster.tag_key not in tags:
             # Cured on the AWS side (tag or delete it): retried, not "invalid".
             raise CloudStateError(
-                f"a Classic ELB named {name} exists but is not tagged {names.cluster_tag_key(cluster_name)}; "
+                f"a Classic ELB named {name} exists but is not tagged {self.cluster.tag_key}; "
                 "tag it (value owned) to let this controller adopt it, or delete it"
             )
 
@@ -266,20 +261,18 @@ class ClassicLoadBalancers:
         return clb_tags(self.elb, name)
 
     def _subnets_and_groups(
-        self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool
+        self, config: LoadBalancerConfig, nodes: Sequence[KubeObject], creating: bool
     ) -> tuple[SubnetChoice, bool]:
         """The subnets; for a creation, beside them what `ensure_lb_group` reads first in a new environment
         (SecurityGroups.beside). (subnets, whether the groups were read)"""
-        find = functools.partial(self._subnets, config, cluster_name, nodes, creating=creating)
+        find = functools.partial(self._subnets, config, nodes, creating=creating)
         if not creating or self.security_groups is None:
             return find(), False
         return self.security_groups.beside(find, config)
 
-    def _subnets(
-        self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool = False
-    ) -> SubnetChoice:
+    def _subnets(self, config: LoadBalancerConfig, nodes: Sequence[KubeObject], creating: bool = False) -> SubnetChoice:
         """Rediscovered on every full pass over an existing LB, so new or retagged subnets are attached and removed
         ones detached; a creation may reuse a recent clean discovery (ccm.aws.subnets)."""
         return resolve_subnets(
-            self.clients, self.vpc_id, config, cluster_name, node_zones(nodes), "Classic ELB", creating=creating
+            self.clients, self.vpc_id, config, self.cluster.name, node_zones(nodes), "Classic ELB", creating=creating
         )

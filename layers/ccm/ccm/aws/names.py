@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Final
+from typing import Any
 
 # The ownership tag keys are part of the contracts: the service controller reads them too (ccm.service.hints).
 from ccm.contracts.cloud import SERVICE_NAME_TAG as SERVICE_NAME_TAG
 from ccm.contracts.cloud import SERVICE_UID_TAG as SERVICE_UID_TAG
-
-CLUSTER_TAG_PREFIX: Final = "kubernetes.io/cluster/"
+from ccm.contracts.cluster import CLUSTER_TAG_PREFIX as CLUSTER_TAG_PREFIX
+from ccm.contracts.cluster import Cluster
 
 
 def cluster_tag_key(cluster_name: str) -> str:
-    return CLUSTER_TAG_PREFIX + cluster_name
+    """For callers holding only a name (the doctor, route tables); the rest ask `Cluster.tag_key`."""
+    return Cluster(cluster_name).tag_key
 
 
 def load_balancer_name(uid: str) -> str:

@@ -37,7 +37,7 @@ from ccm.aws.errors import error_code
 from ccm.aws.fixed_settings import FIXED_SETTING
 from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config, validate_against_subnets
 from ccm.aws.lbconfig.notices import annotation_notices
-from ccm.aws.ownership import nlb_tags, ours_to_delete
+from ccm.aws.ownership import nlb_tags
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
 from ccm.aws.subnets import UNAVAILABLE_SUBNETS, SubnetChoice, node_zones, resolve_subnets
 from ccm.aws.targets import REFUSED_TARGETS, refused_message, register_targets
@@ -55,6 +55,7 @@ from ccm.contracts.cloud import (
     Publish,
     RetryError,
 )
+from ccm.contracts.cluster import Claim, Cluster
 
 log = logging.getLogger(__name__)
 
@@ -65,28 +66,26 @@ def _epoch(created: Any) -> float:
 
 
 class NetworkLoadBalancers:
-    def __init__(
-        self, clients: AwsClients, vpc_id: str, our_class: str, security_groups: SecurityGroups | None = None
-    ) -> None:
+    def __init__(self, clients: AwsClients, cluster: Cluster, security_groups: SecurityGroups | None = None) -> None:
         self.clients = clients
+        self.cluster = cluster
         self.security_groups = security_groups
-        self.vpc_id = vpc_id
-        self.our_class = our_class
-        self.references = refs.ReferenceChecker(clients, vpc_id)
+        self.vpc_id = cluster.vpc_id
+        self.our_class = cluster.load_balancer_class
+        self.references = refs.ReferenceChecker(clients, cluster.vpc_id)
 
     # -- contract ---------------------------------------------------------------------------------------------
-    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str:
+    def get_load_balancer_name(self, service: KubeObject) -> str:
         return names.load_balancer_name(p.meta(service)["uid"])
 
-    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
-        lb = reads.describe_lb(self.clients, self.get_load_balancer_name(cluster_name, service))
+    def get_load_balancer(self, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
+        lb = reads.describe_lb(self.clients, self.get_load_balancer_name(service))
         if lb is None:
             return None, False
         return LoadBalancerStatus((Ingress(hostname=lb["DNSName"]),)), True
 
     def ensure_load_balancer(
         self,
-        cluster_name: str,
         service: KubeObject,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
@@ -95,7 +94,7 @@ class NetworkLoadBalancers:
         if not p.belongs_to_us(service, self.our_class):
             raise ImplementedElsewhere()
         config = parse_load_balancer_config(service, default_lb_type="nlb")  # before any AWS call
-        desired = m.desired_nlb(service, config, nodes, cluster_name, self.vpc_id)
+        desired = m.desired_nlb(service, config, nodes, self.cluster.name, self.vpc_id)
         # A Service of our class seen for the first time cannot have an LB yet (see PassFlags.first_sight).
         fresh = flags.first_sight and not flags.thorough and p.spec(service).get("loadBalancerClass") == self.our_class
         lb = None if fresh else reads.describe_lb(self.clients, desired.name)
@@ -105,13 +104,13 @@ class NetworkLoadBalancers:
         scanned = False
         if lb is None:
             # Subnets and their EIPs / private IPs are checked before the first write: a refusal changes nothing.
-            choice, scanned = self._subnets_and_groups(config, cluster_name, nodes, flags)
+            choice, scanned = self._subnets_and_groups(config, nodes, flags)
             cidrs = self._cidrs(choice) if config.private_ipv4_addresses else None
             validate_against_subnets(config, choice.ids, cidrs)
             placement = placed.placement(config, choice.ids, cidrs or {})
             warnings += [LoadBalancerWarning(UNAVAILABLE_SUBNETS, choice.warning)] if choice.warning else []
         elif flags.check_attributes:
-            wanted_subnets = self._subnets(config, cluster_name, nodes).ids if config.subnets else None
+            wanted_subnets = self._subnets(config, nodes).ids if config.subnets else None
             warnings = [
                 LoadBalancerWarning(FIXED_SETTING, w) for w in placed.placement_warnings(lb, config, wanted_subnets)
             ]
@@ -137,7 +136,7 @@ class NetworkLoadBalancers:
         if not created:
             # Also when converged: the checkpoint lets later passes delete by ARN, which IAM allows only on
             # resources carrying our UID tag (adoption tags them here once).
-            adoption.claim(self.clients, uid, cluster_name, observed, operations)
+            adoption.claim(self.clients, uid, self.cluster.name, observed, operations)
         refused, arn_by_name = writes.apply_plan(self.clients, self.vpc_id, operations, observed, desired)
         if swapped is not None:
             self._finish_swap(lb, group_ids, swapped, uid, flags)
@@ -146,7 +145,7 @@ class NetworkLoadBalancers:
             uid=uid,
             service_key=f"{p.meta(service).get('namespace')}/{p.meta(service).get('name')}",
             lb_type="nlb",
-            fingerprint=self.fingerprint(cluster_name, service),
+            fingerprint=self.fingerprint(service),
             lb_id=lb["LoadBalancerArn"],
             hostname=lb["DNSName"],
             target_groups=tuple((arn_by_name[ls.target_group.name], ls.target_group.port) for ls in desired.listeners),
@@ -164,11 +163,13 @@ class NetworkLoadBalancers:
         )
 
     # -- the checkpoint (ccm.aws.applied; LoadBalancers keeps it) -------------------------------------------------
-    def fingerprint(self, cluster_name: str, service: KubeObject) -> str:
+    def fingerprint(self, service: KubeObject) -> str:
         if not p.belongs_to_us(service, self.our_class):
             raise ImplementedElsewhere()
         config = parse_load_balancer_config(service, default_lb_type="nlb")
-        return fingerprint("nlb", config, m.desired_nlb(service, config, (), cluster_name, self.vpc_id), self.vpc_id)
+        return fingerprint(
+            "nlb", config, m.desired_nlb(service, config, (), self.cluster.name, self.vpc_id), self.vpc_id
+        )
 
     def active_hostname(self, applied: Applied) -> str | None:
         try:
@@ -208,19 +209,17 @@ class NetworkLoadBalancers:
             if arn in confirmed or reads.target_group_exists(self.clients, arn):
                 writes.delete_target_group(self.clients, arn)
 
-    def _subnets(
-        self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], creating: bool = False
-    ) -> SubnetChoice:
+    def _subnets(self, config: LoadBalancerConfig, nodes: Sequence[KubeObject], creating: bool = False) -> SubnetChoice:
         return resolve_subnets(
-            self.clients, self.vpc_id, config, cluster_name, node_zones(nodes), "NLB", creating=creating
+            self.clients, self.vpc_id, config, self.cluster.name, node_zones(nodes), "NLB", creating=creating
         )
 
     def _subnets_and_groups(
-        self, config: LoadBalancerConfig, cluster_name: str, nodes: Sequence[KubeObject], flags: PassFlags
+        self, config: LoadBalancerConfig, nodes: Sequence[KubeObject], flags: PassFlags
     ) -> tuple[SubnetChoice, bool]:
         """For a creation: the subnets, and beside them what `_ensure_groups` reads first in a new environment
         (SecurityGroups.beside). (subnets, whether the groups were read)"""
-        find = functools.partial(self._subnets, config, cluster_name, nodes, creating=True)
+        find = functools.partial(self._subnets, config, nodes, creating=True)
         if self.security_groups is None or not flags.check_attributes:
             return find(), False
         return self.security_groups.beside(find, config)
@@ -282,13 +281,13 @@ class NetworkLoadBalancers:
         self.security_groups.retire_replaced(lb["LoadBalancerName"], uid, attached, group_ids, flags.thorough)
 
     def update_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> None:
         """Only the targets: a host update never changes listeners or groups (a Service change does that)."""
         if not p.belongs_to_us(service, self.our_class):
             raise ImplementedElsewhere()
         config = parse_load_balancer_config(service, default_lb_type="nlb")
-        desired = m.desired_nlb(service, config, nodes, cluster_name, self.vpc_id)
+        desired = m.desired_nlb(service, config, nodes, self.cluster.name, self.vpc_id)
         lb = reads.describe_lb(self.clients, desired.name)
         if lb is None:
             raise RetryError("load balancer not created yet", delay_seconds=5)
@@ -304,15 +303,15 @@ class NetworkLoadBalancers:
             desired,
         )
 
-    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
+    def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
         """This driver alone: the NLB, then its security group (LoadBalancers does the same for both types)."""
         uid = p.meta(service)["uid"]
-        if self.delete_for_uid(uid, cluster_name) and self.security_groups is not None:
+        if self.delete_for_uid(uid) and self.security_groups is not None:
             # After the LB: AWS keeps the group busy a while (RetryError until it lets go).
             self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
-    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> bool:
+    def delete_for_uid(self, uid: str) -> bool:
         """The NLB (its listeners go with it) and its target groups; never the security group, which a Classic ELB
         of the same Service shares by name (the caller releases it once no LB uses it). False when an NLB of that
         name is left in place (not ours), with everything it uses."""
@@ -320,7 +319,7 @@ class NetworkLoadBalancers:
         lb = reads.describe_lb(self.clients, name)
         if lb is not None:
             tags = nlb_tags(self.clients.elbv2, lb["LoadBalancerArn"])
-            if tags is not None and not ours_to_delete(tags, uid, cluster_name):
+            if tags is not None and self.cluster.claim(tags, uid) is Claim.NOT_OURS:
                 log.warning("nlb %s: not tagged for this cluster, left in place", name)
                 return False
             lb = None if tags is None else lb  # gone meanwhile: only its target groups are left to delete

@@ -13,29 +13,27 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.node_groups import NodeGroups
 from ccm.aws.security_group_rules import RuleWriter
 from ccm.aws.security_groups_model import IngressRule, stale_node_rules
 from ccm.aws.shared_groups import SharedGroups
+from ccm.contracts.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
 
 class NodeAccess:
-    def __init__(
-        self, clients: AwsClients, vpc_id: str, cluster_name: str, rules: RuleWriter, shared: SharedGroups
-    ) -> None:
+    def __init__(self, clients: AwsClients, cluster: Cluster, rules: RuleWriter, shared: SharedGroups) -> None:
         self.clients = clients
-        self.vpc_id = vpc_id
-        self.cluster_name = cluster_name
-        self._cluster_tag = names.cluster_tag_key(cluster_name)
-        self._vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
+        self.vpc_id = cluster.vpc_id
+        self.cluster_name = cluster.name
+        self._cluster_tag = cluster.tag_key
+        self._vpc_filter = {"Name": "vpc-id", "Values": [cluster.vpc_id]}
         self._rules = rules
         self.shared = shared
-        self._node_groups = NodeGroups(clients, vpc_id, cluster_name, shared.forget)
+        self._node_groups = NodeGroups(clients, cluster, shared.forget)
 
     def ensure_node_access(
         self, lb_group_ids: list[str], lb_name: str, service_uid: str, instance_ids: Collection[str] = ()

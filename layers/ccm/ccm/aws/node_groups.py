@@ -16,10 +16,10 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from ccm.aws import names
 from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
+from ccm.contracts.cluster import Cluster
 
 NODE_GROUPS_TTL_SECONDS: Final = 1800.0
 _LIVE_INSTANCE_STATES: Final = ["pending", "running", "stopping", "stopped"]
@@ -30,12 +30,12 @@ _node_groups_lock = threading.Lock()
 
 
 class NodeGroups:
-    def __init__(self, clients: AwsClients, vpc_id: str, cluster_name: str, on_forget: Callable[[], None]) -> None:
+    def __init__(self, clients: AwsClients, cluster: Cluster, on_forget: Callable[[], None]) -> None:
         self.clients = clients
-        self.vpc_id = vpc_id
-        self.cluster_name = cluster_name
-        self._cluster_tag = names.cluster_tag_key(cluster_name)
-        self._vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
+        self.vpc_id = cluster.vpc_id
+        self.cluster_name = cluster.name
+        self._cluster_tag = cluster.tag_key
+        self._vpc_filter = {"Name": "vpc-id", "Values": [cluster.vpc_id]}
         self._on_forget = on_forget  # what else was learnt about the node groups (the backend rule) goes too
 
     def _key(self) -> tuple[str, str, str]:

@@ -1,11 +1,10 @@
 """Whose are the resources named for a Service UID: the tags of its load balancer (NLB and Classic ELB share the
 name `a<uid>[:32]`) and of its managed security group. Read before any delete a message asked for
-(`ccm.service.hints`); 3-4 reads, only on those deletes. Both drivers also ask `ours_to_delete` before deleting
-their load balancer, whoever asked for the delete."""
+(`ccm.service.hints`); 3-4 reads, only on those deletes. Both drivers also ask `Cluster.claim` (ccm.contracts.cluster)
+before deleting their load balancer, whoever asked for the delete."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -14,18 +13,7 @@ from ccm.aws import names
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.security_groups_model import managed_group_name
-
-
-def ours_to_delete(tags: Mapping[str, str], uid: str, cluster_name: str | None) -> bool:
-    """Pure: may a driver delete the load balancer named for `uid` that carries `tags`? One rule for both types.
-
-    The name alone (`a<uid>[:32]`) is no proof: anyone can make an LB of that name. So it must carry the cluster
-    tag (any value, as cloud-provider-aws checks ownership), or, when the caller does not know the cluster (a
-    delete by UID), any Kubernetes cluster tag or our UID tag; this spares LBs made by hand or by other tools.
-    An LB that fails it is left in place, with everything it uses, and the driver says so."""
-    if cluster_name is not None:
-        return names.cluster_tag_key(cluster_name) in tags
-    return tags.get(names.SERVICE_UID_TAG) == uid or any(k.startswith(names.CLUSTER_TAG_PREFIX) for k in tags)
+from ccm.contracts.cluster import Cluster
 
 
 def _tag_dict(items: list[dict[str, Any]] | None) -> dict[str, str]:
@@ -55,10 +43,10 @@ def clb_tags(elb: Any, name: str) -> dict[str, str] | None:
 
 
 class Ownership:
-    def __init__(self, clients: AwsClients, vpc_id: str, cluster_name: str) -> None:
+    def __init__(self, clients: AwsClients, cluster: Cluster) -> None:
         self.clients = clients
-        self.vpc_id = vpc_id
-        self.cluster_tag = names.cluster_tag_key(cluster_name)
+        self.vpc_id = cluster.vpc_id
+        self.cluster_tag = cluster.tag_key
 
     def tags_for_uid(self, uid: str) -> list[dict[str, str]]:
         """The tags of every resource named for `uid` that exists (an empty list when none does)."""

@@ -8,7 +8,7 @@ API (used by both drivers; the pure part is in `security_groups_model`, the node
 - `desired_lb_rules(config, lb_type) -> frozenset[IngressRule]` — listener ports x source ranges (+ ICMP 3/4 on a
   CLB; IPv6 ranges only on a dualstack NLB); empty with bring-your-own groups.
 - `plan_rules(current, desired) -> (to_authorize, to_revoke)` — pure.
-- `SecurityGroups(clients, vpc_id, cluster_name)`:
+- `SecurityGroups(clients, cluster)`:
   - `ensure_lb_group(lb_name, service, config, lb_type, extra_tags) -> list[str]` — the group ids for the LB: the
     `security-groups` annotation's groups (used as they are, never modified), or [the shared default frontend
     (default source ranges) or our per-LB group `k8s-elb-<lb_name>` (source ranges), the shared backend group]
@@ -74,6 +74,7 @@ from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
 from ccm.aws.security_groups_model import IngressRule, desired_lb_rules, plan_rules, stale_node_rules
 from ccm.aws.shared_groups import SharedGroups
 from ccm.contracts.cloud import CloudStateError, InvalidServiceConfig, KubeObject, RetryError
+from ccm.contracts.cluster import Cluster
 
 __all__ = ["IngressRule", "SecurityGroups", "desired_lb_rules", "plan_rules", "stale_node_rules"]
 
@@ -92,19 +93,20 @@ def _unique(ids: Iterable[str]) -> list[str]:
 
 
 class SecurityGroups:
-    def __init__(self, clients: AwsClients, vpc_id: str, cluster_name: str, any_named_group: bool = False) -> None:
+    def __init__(self, clients: AwsClients, cluster: Cluster, any_named_group: bool = False) -> None:
         self.clients = clients
         # The security-groups / extra-security-groups annotations get node access for the groups they name: by
         # default only groups carrying the cluster tag, so a Service author cannot open the nodes to any group of
         # the VPC (template parameter AnnotationSecurityGroups=any lifts it).
         self.any_named_group = any_named_group
-        self.vpc_id = vpc_id
-        self.cluster_name = cluster_name
-        self._cluster_tag = names.cluster_tag_key(cluster_name)
-        self._vpc_filter = {"Name": "vpc-id", "Values": [vpc_id]}
+        self.cluster = cluster
+        self.vpc_id = cluster.vpc_id
+        self.cluster_name = cluster.name
+        self._cluster_tag = cluster.tag_key
+        self._vpc_filter = {"Name": "vpc-id", "Values": [cluster.vpc_id]}
         self._rules = RuleWriter(clients, self._cluster_tag, self.forget_node_groups)
-        self.shared = SharedGroups(clients, vpc_id, cluster_name, self._rules)
-        self._nodes = NodeAccess(clients, vpc_id, cluster_name, self._rules, self.shared)
+        self.shared = SharedGroups(clients, cluster, self._rules)
+        self._nodes = NodeAccess(clients, cluster, self._rules, self.shared)
         self._seen: dict[str, tuple[str, ...]] = {}  # lb name -> its groups, read right before deleting it
 
     # -- the load balancer's groups --------------------------------------------------------------------------------

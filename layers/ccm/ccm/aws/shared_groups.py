@@ -42,6 +42,7 @@ from ccm.aws.errors import error_code
 from ccm.aws.node_groups import NODE_GROUPS_TTL_SECONDS
 from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
 from ccm.contracts.cloud import RetryError
+from ccm.contracts.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +58,11 @@ _shared_lock = threading.Lock()
 
 
 class SharedGroups:
-    def __init__(self, clients: AwsClients, vpc_id: str, cluster_name: str, rules: RuleWriter) -> None:
+    def __init__(self, clients: AwsClients, cluster: Cluster, rules: RuleWriter) -> None:
         self.clients = clients
-        self.vpc_id = vpc_id
-        self.cluster_name = cluster_name
-        self._cluster_tag = names.cluster_tag_key(cluster_name)
+        self.vpc_id = cluster.vpc_id
+        self.cluster_name = cluster.name
+        self._cluster_tag = cluster.tag_key
         self._rules = rules
 
     # -- the cache ----------------------------------------------------------------------------------------------

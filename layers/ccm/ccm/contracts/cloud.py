@@ -182,14 +182,13 @@ class LoadBalancer(Protocol):
     """What the service controller calls (ccm.aws.balancers.LoadBalancers: the type of the Service's LB chosen by its
     annotations; the by-UID calls serve Services that are gone or re-created under the same name)."""
 
-    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
+    def get_load_balancer(self, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
         """Status and existence of the LB this controller created for the service."""
 
-    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str: ...
+    def get_load_balancer_name(self, service: KubeObject) -> str: ...
 
     def ensure_load_balancer(
         self,
-        cluster_name: str,
         service: KubeObject,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
@@ -199,11 +198,11 @@ class LoadBalancer(Protocol):
         is called with the status as soon as a new LB has its DNS name, before the rest of it is made."""
 
     def update_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> None:
         """Converge only the backends (targets) to the given member nodes."""
 
-    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None:
+    def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
         """Delete everything made for the service; idempotent; never raises ImplementedElsewhere."""
 
     def delete_for_uid(self, uid: str) -> None:
@@ -211,7 +210,7 @@ class LoadBalancer(Protocol):
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
 
-    def ensure_unchanged(self, cluster_name: str, service: KubeObject) -> LoadBalancerStatus | None:
+    def ensure_unchanged(self, service: KubeObject) -> LoadBalancerStatus | None:
         """What was applied still stands (the checkpoint matches the desired spec, is not due for a full read, and
         the LB is there: one AWS read): its status. None: a full ensure is needed."""
 
@@ -225,30 +224,28 @@ class LoadBalancer(Protocol):
 class LoadBalancerDriver(Protocol):
     """One load balancer type (ccm.aws.nlb.NetworkLoadBalancers, ccm.aws.clb.ClassicLoadBalancers)."""
 
-    def get_load_balancer(self, cluster_name: str, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]: ...
-    def get_load_balancer_name(self, cluster_name: str, service: KubeObject) -> str: ...
+    def get_load_balancer(self, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]: ...
+    def get_load_balancer_name(self, service: KubeObject) -> str: ...
     def ensure_load_balancer(
         self,
-        cluster_name: str,
         service: KubeObject,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
         publish: Publish | None = None,
     ) -> LoadBalancerStatus: ...
     def update_load_balancer(
-        self, cluster_name: str, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> None: ...
-    def ensure_load_balancer_deleted(self, cluster_name: str, service: KubeObject) -> None: ...
-    def delete_for_uid(self, uid: str, cluster_name: str | None = None) -> bool:
+    def ensure_load_balancer_deleted(self, service: KubeObject) -> None: ...
+    def delete_for_uid(self, uid: str) -> bool:
         """Delete this type's LB of the UID and what only it uses, never the shared security group; True when no
-        LB of this type is left under that name (False: one was left in place, not tagged for us; `cluster_name`
-        None: the caller does not know the cluster, see ccm.aws.ownership.ours_to_delete)."""
+        LB of this type is left under that name (False: one was left in place, not ours: `Cluster.claim`)."""
         ...
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
 
     # -- the checkpoint (`Applied`): LoadBalancers reads and stores it; the driver knows what it means -------------
-    def fingerprint(self, cluster_name: str, service: KubeObject) -> str:
+    def fingerprint(self, service: KubeObject) -> str:
         """Of the desired state without targets (pure; raises InvalidServiceConfig)."""
         ...
 

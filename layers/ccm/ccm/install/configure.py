@@ -1,7 +1,8 @@
 """`scripts/configure`: the few questions a first deploy needs, each checked against the template's own
 AllowedPattern (a placeholder such as CHANGE_ME or vpc-CHANGEME is asked again), saved as a new samconfig.toml
 environment named after the cluster; every other parameter keeps its tracked profile's value. Then
-`sam build && sam deploy --config-env <cluster>`. (`sam deploy --guided` asks every template parameter.)"""
+`sam build && sam deploy --config-env <cluster>`. (`sam deploy --guided` on guided.yaml asks the same and saves the same
+environment: ccm/install/guided.py, docs/deploy.md.)"""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from ccm.contracts.cloud import (
     PassFlags,
     RetryError,
 )
+from ccm.contracts.cluster import Cluster
 from ccm.contracts.kube import KubeServices, Members
 from ccm.contracts.messages import Delta
 from ccm.retry import CONTINUATION_DELAY_SECONDS
@@ -65,9 +66,7 @@ class ServiceReconciler:
         balancer: LoadBalancer,
         by_uid: LoadBalancer,
         members: Members,
-        cluster_name: str,
-        our_class: str,
-        claim_unclassed: bool = True,
+        cluster: Cluster,
         *,
         ownership: OwnershipReader,
     ) -> None:
@@ -75,16 +74,14 @@ class ServiceReconciler:
         self.members = members
         self.balancer = balancer
         self.by_uid = by_uid
-        self.cluster_name = cluster_name
-        self.our_class = our_class
-        self.claim_unclassed = claim_unclassed
+        self.cluster = cluster
         self.ownership = ownership
 
     def reconcile(self, delta: Delta, flags: PassFlags = ROUTINE) -> Outcome:
         """`flags`: how much the drivers look at in this pass (the runtime decides them per record)."""
         namespace, name = delta.namespace_name
         live = self.kube.get_service(namespace, name)
-        decision = decide(delta, live, self.our_class, self.claim_unclassed)
+        decision = decide(delta, live, self.cluster.load_balancer_class, self.cluster.claim_unclassed)
         outcome = Outcome(decision.action)
         log.info("decision %s: %s", decision.action.value, decision.reason)
         try:
@@ -142,7 +139,7 @@ class ServiceReconciler:
     def _ensure(self, svc: KubeObject, outcome: Outcome, flags: PassFlags, quiet: bool, register: bool) -> None:
         if flags.trust_applied and p.has_finalizer(svc):
             # What was applied still stands (one AWS read): nothing changed, so nothing is said or registered.
-            unchanged = self.balancer.ensure_unchanged(self.cluster_name, svc)
+            unchanged = self.balancer.ensure_unchanged(svc)
             if unchanged is not None:
                 self._write_status(svc, unchanged.to_api().get("ingress", []), outcome)
                 return
@@ -172,7 +169,7 @@ class ServiceReconciler:
             self._write_status(svc, published[-1], outcome)
 
         try:
-            status = self.balancer.ensure_load_balancer(self.cluster_name, svc, nodes, flags, publish)
+            status = self.balancer.ensure_load_balancer(svc, nodes, flags, publish)
         except ImplementedElsewhere:
             return
         except HostnamePublished:
@@ -204,7 +201,7 @@ class ServiceReconciler:
                 svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
             )
         try:
-            self.balancer.update_load_balancer(self.cluster_name, svc, nodes, flags)
+            self.balancer.update_load_balancer(svc, nodes, flags)
         except ImplementedElsewhere:
             return
         except (InvalidServiceConfig, RetryError):
@@ -226,12 +223,12 @@ class ServiceReconciler:
             # IAM policy lets us delete only resources carrying our UID tag, so AWS confirms it at the delete.)
             if applied:
                 self._event(svc, outcome, "Normal", "DeletingLoadBalancer", "Deleting load balancer")
-                self.balancer.ensure_load_balancer_deleted(self.cluster_name, svc)
+                self.balancer.ensure_load_balancer_deleted(svc)
             self._finish_delete(svc, outcome, write_status)
             return
         found = self.ownership.tags_for_uid(uid)
         if not write_status:  # CLEANUP_FOREIGN
-            shared = not p.spec(svc).get("loadBalancerClass") and not self.claim_unclassed
+            shared = not p.spec(svc).get("loadBalancerClass") and not self.cluster.claim_unclassed
             if leave_to_other_controller(found, key, uid, shared):
                 outcome.action = Action.NOTHING
                 return
@@ -242,13 +239,13 @@ class ServiceReconciler:
             self._event(svc, outcome, "Warning", "DeleteRefused", f"Not deleting a load balancer: {refusal}")
             return
         try:
-            _, exists = self.balancer.get_load_balancer(self.cluster_name, svc)
+            _, exists = self.balancer.get_load_balancer(svc)
         except Exception as err:
             raise RuntimeError(f"failed to check if load balancer exists before cleanup: {err}") from err
         if exists:
             self._event(svc, outcome, "Normal", "DeletingLoadBalancer", "Deleting load balancer")
         # Always run: it also removes target groups a crash orphaned after the LB itself was gone.
-        self.balancer.ensure_load_balancer_deleted(self.cluster_name, svc)
+        self.balancer.ensure_load_balancer_deleted(svc)
         self._finish_delete(svc, outcome, write_status)
 
     def _finish_delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:

@@ -21,10 +21,12 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import kube as p
+from ccm.contracts.cloud import SERVICE_UID_TAG
+from ccm.contracts.cluster import Claim, Cluster
 from ccm.contracts.messages import REPAIR, delta_for, message_group_id
 from ccm.contracts.queues import OutgoingMessage
 from ccm.sweeper.drift import Drift
-from ccm.sweeper.model import Kind, Resource, cluster_owned
+from ccm.sweeper.model import Kind, Resource
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class Actions:
         self.services_queue_url = services_queue_url
 
     def delete(self, resource: Resource) -> Deleted:
-        if not cluster_owned(resource.tags, self.cluster_name):  # the model never asks; a last line of defence
+        if not self._ours(resource):  # the model never asks; a last line of defence
             raise ValueError(f"refusing to delete {resource.key}: not tagged as owned by {self.cluster_name}")
         try:
             if resource.kind is Kind.NLB:
@@ -67,6 +69,17 @@ class Actions:
                 return Deleted.IN_USE
             raise
         return Deleted.DELETED
+
+    def _ours(self, resource: Resource) -> bool:
+        """The drivers' rule (`Cluster.claim`) on the UID the resource names, owned by this cluster; a shared group
+        of the cluster (no UID: a role tag) is the cluster's."""
+        cluster = Cluster(self.cluster_name)
+        if not cluster.owns(resource.tags):
+            return False
+        uid = resource.tags.get(SERVICE_UID_TAG)
+        if uid is None:
+            return resource.tags.get(sgm.ROLE_TAG) is not None
+        return cluster.claim(resource.tags, uid) is Claim.OURS
 
     def _revoke_node_rules_from(self, group_id: str) -> None:
         """Node-group rules whose source is the group to delete: AWS refuses to delete a referenced group."""

@@ -42,6 +42,7 @@ from ccm.aws import security_groups_model as sgm
 from ccm.aws.lbconfig import LbType, LoadBalancerConfig, parse_load_balancer_config
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, KubeObject
+from ccm.contracts.cluster import Cluster
 
 
 class Kind(enum.StrEnum):
@@ -138,7 +139,7 @@ class View:
 
 
 def cluster_owned(tags: Mapping[str, str], cluster_name: str) -> bool:
-    return tags.get(names.cluster_tag_key(cluster_name)) == OWNED
+    return Cluster(cluster_name).owns(tags)
 
 
 def shared_role(resource: Resource, cluster_name: str) -> str | None:

@@ -62,7 +62,7 @@ class SweeperSettings:
 
     @property
     def default_lb_type(self) -> LbType:
-        return "nlb" if self.base.default_lb_type == "nlb" else "clb"
+        return self.base.cluster.default_lb_type
 
 
 @dataclass(slots=True)

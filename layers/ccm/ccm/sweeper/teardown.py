@@ -29,6 +29,7 @@ from ccm.aws import names
 from ccm.aws import security_groups_model as sgm
 from ccm.aws.clients import AwsClients
 from ccm.aws.security_groups import SecurityGroups
+from ccm.contracts.cluster import Cluster
 from ccm.sweeper.actions import Actions, Deleted
 from ccm.sweeper.custom_resource import FAILED, SUCCESS, Outcome
 from ccm.sweeper.inventory import Inventory
@@ -75,11 +76,13 @@ def _left(resources: list[Resource]) -> tuple[str, ...]:
 
 
 class Teardown:
-    def __init__(self, clients: AwsClients, cluster_name: str, groups: SecurityGroups) -> None:
-        self.cluster_name = cluster_name
+    def __init__(self, clients: AwsClients, cluster: Cluster, groups: SecurityGroups) -> None:
+        self.clients = clients
+        self.cluster = cluster
+        self.cluster_name = cluster.name
         self.groups = groups
-        self.inventory = Inventory(clients, cluster_name)
-        self.actions = Actions(clients, groups, cluster_name, services_queue_url="")
+        self.inventory = Inventory(clients, cluster.name)
+        self.actions = Actions(clients, groups, cluster.name, services_queue_url="")
 
     def run(self) -> TeardownResult:
         resources = self.inventory.read()
@@ -88,7 +91,7 @@ class Teardown:
         # What the inventory read (ours by UID tag, the collected shared groups) and the backend group, which only
         # goes with the stack: one list, deleted in dependency order (target groups before groups).
         known = {r.id for r in resources}
-        cluster_tag = names.cluster_tag_key(self.cluster_name)
+        cluster_tag = self.cluster.tag_key
         shared = [
             Resource(Kind.SECURITY_GROUP, str(g["GroupId"]), str(g["GroupId"]), str(g.get("GroupName", "")), tags)
             for g in self.groups.shared.find_all()
@@ -122,6 +125,7 @@ class TeardownResource:
 
     def __init__(self, teardown: Teardown, sleep: Callable[[float], None] = time.sleep) -> None:
         self.teardown = teardown
+        self.clients = teardown.clients  # the runtime's clients, as every function's runtime exposes them
         self.physical_id = f"serverless-ccm-teardown-{teardown.cluster_name}"
         self._sleep = sleep
 

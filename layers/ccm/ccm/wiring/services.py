@@ -26,11 +26,12 @@ def build_service_runtime(
     settings: Settings, kube: Kube, clients: AwsClients, table: ClusterTable | None = None
 ) -> ServiceRuntime:
     """`table`: the cluster table (membership and checkpoints); None: LIST the nodes and read AWS in full."""
-    groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name, settings.any_annotation_security_group)
+    cluster = settings.cluster  # built once: every driver and the reconciler get this one value
+    groups = SecurityGroups(clients, cluster, settings.any_annotation_security_group)
     balancer = LoadBalancers(
-        NetworkLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
-        ClassicLoadBalancers(clients, settings.vpc_id, settings.load_balancer_class, groups),
-        "nlb" if settings.default_lb_type == "nlb" else "clb",
+        NetworkLoadBalancers(clients, cluster, groups),
+        ClassicLoadBalancers(clients, cluster, groups),
+        cluster.default_lb_type,
         security_groups=groups,
         # Checkpoints live in the membership table; without one every pass reads AWS in full.
         applied=AppliedTable(table) if table is not None else None,
@@ -41,10 +42,8 @@ def build_service_runtime(
         balancer,
         balancer,
         MemberNodes(kube, MembershipTable(table) if table is not None else None),
-        settings.cluster_name,
-        settings.load_balancer_class,
-        settings.claim_unclassed,
-        ownership=Ownership(clients, settings.vpc_id, settings.cluster_name),
+        cluster,
+        ownership=Ownership(clients, cluster),
     )
     return ServiceRuntime(settings, clients, reconciler, balancer)
 

@@ -25,7 +25,7 @@ def _from_env() -> Sweeper:
     settings = sweeper_settings(settings_from_env())
     api_client = new_api_client(settings.base.kube)
     clients = AwsClients(region=aws_region(settings.base))
-    groups = SecurityGroups(clients, settings.base.vpc_id, settings.base.cluster_name)
+    groups = SecurityGroups(clients, settings.base.cluster)
     marks = OrphanMarksTable(ClusterTable(settings.table, clients))
     return Sweeper(settings, Kube(api_client), ServiceLister(api_client), clients, groups, marks)
 

@@ -13,8 +13,8 @@ from ccm.wiring.settings import aws_region, settings_from_env
 def _from_env() -> TeardownResource:
     settings = settings_from_env()
     clients = AwsClients(region=aws_region(settings))
-    groups = SecurityGroups(clients, settings.vpc_id, settings.cluster_name)
-    return TeardownResource(Teardown(clients, settings.cluster_name, groups))
+    groups = SecurityGroups(clients, settings.cluster)
+    return TeardownResource(Teardown(clients, settings.cluster, groups))
 
 
 runtime: PerEnvironment[TeardownResource] = PerEnvironment(_from_env)
