@@ -40,6 +40,18 @@ What AWS does, and what moto 5.2 did instead:
   in a real account (a Service Quotas request), so the values are settings (`max_nlbs_per_region`,
   `max_clbs_per_region`, `max_target_groups_per_region`). A create of a name that exists is idempotent in AWS
   and is never refused. moto had no such quota.
+- `ip` target groups (CreateTargetGroup TargetType=ip; ELBv2 API reference, TargetDescription): RegisterTargets of
+  an address in a subnet of the group's VPC takes that subnet's zone and refuses another (`ValidationError ... is
+  within the VPC, and cannot have its Availability Zone overridden`); an address outside the VPC's subnets must be
+  in RFC 1918 / RFC 6598 (else `InvalidTarget`) and needs AvailabilityZone `all` (`ValidationError The
+  Availability Zone is required for IP address ... because it is not in the VPC`); the whole call is refused. At
+  most `max_targets_per_target_group` (NLB quotas: "Targets per Target Group per Region" 1,000) distinct targets,
+  else `TooManyTargets`. DescribeTargetHealth: `initial` until HealthCheckIntervalSeconds x HealthyThresholdCount
+  after registration, then `healthy`; `unused` (Target.NotInUse) while no listener forwards to the group; a
+  deregistered target `draining` for deregistration_delay.timeout_seconds, and listed while it drains. moto
+  answered `healthy` at once, forgot a deregistered target at once and accepted any address. Neither the API
+  reference nor the SDK model limits the number of targets per RegisterTargets / DeregisterTargets call (the AWS
+  Load Balancer Controller's 200 is its own chunk size), so no such limit is enforced.
 - Request throttling (`rate_limits`, off by default): token buckets with AWS's documented figures, answering
   `Throttling` / `RequestLimitExceeded` (devstack.aws_throttling).
 - EC2 eventual consistency (`eventual_consistency`): a group or an inbound rule just created is not returned by
@@ -78,6 +90,11 @@ class FaithfulSettings:
     max_nlbs_per_region: int = 50
     max_clbs_per_region: int = 20
     max_target_groups_per_region: int = 3000
+    # `ip` target groups: DescribeTargetHealth follows the health-check timing and the deregistration delay, times
+    # multiplied by target_time_scale (tests shorten them); targets per target group (Network Load Balancer quotas).
+    target_health_timing: bool = True
+    target_time_scale: float = 1.0
+    max_targets_per_target_group: int = 1000
 
 
 _settings = FaithfulSettings()

@@ -8,6 +8,8 @@ load balancer APIs share the per-LB security-group count and the hold.
 
 from __future__ import annotations
 
+import ipaddress
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,106 @@ if TYPE_CHECKING:
 MAX_GROUPS_PER_LB = 5
 MAX_NLB_LISTENERS = 50
 MAX_CLB_LISTENERS = 100
+# Where an IP target outside the target group's VPC may be (CreateTargetGroup, TargetType ip): RFC 1918 and RFC 6598.
+PRIVATE_RANGES = tuple(
+    ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+)
+_REGISTERED_AT = "_ccm_registered_at"  # target id -> monotonic time of its registration
+_DRAINING = "_ccm_draining"  # target id -> (monotonic time of its deregistration, the target)
+
+
+def _ip_target_errors(tg: Any, targets: list[dict[str, Any]], subnets: list[Any]) -> None:
+    """RegisterTargets on an `ip` target group (ELBv2 API reference, TargetDescription.AvailabilityZone and
+    CreateTargetGroup.TargetType): an address in a subnet of the group's VPC gets its subnet's zone and may not be
+    given another (not even `all`); an address outside them must be in the RFC 1918 or RFC 6598 ranges and needs
+    AvailabilityZone `all`. "In the VPC" means in one of its subnets, not in its CIDR blocks: AWS compares with the
+    subnets (aws-load-balancer-controller #3714). Every target is checked before any is registered."""
+    from moto.elbv2.exceptions import ELBClientError, InvalidTargetError
+
+    for target in targets:
+        ip, zone = str(target.get("Id")), target.get("AvailabilityZone")
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            raise ELBClientError("ValidationError", f"The IP address '{ip}' is not a valid IPv4 address") from None
+        subnet = next((s for s in subnets if address in ipaddress.ip_network(s.cidr_block)), None)
+        if subnet is not None:
+            if zone and zone != subnet.availability_zone:
+                raise ELBClientError(
+                    "ValidationError",
+                    f"The IP address '{ip}' is within the VPC, and cannot have its Availability Zone overridden to "
+                    f"'{zone}' from '{subnet.availability_zone}'",
+                )
+            continue
+        if not any(address in network for network in PRIVATE_RANGES):
+            raise InvalidTargetError()  # "is not in the same VPC as the target group": no public address
+        if not zone:
+            raise ELBClientError(
+                "ValidationError",
+                f"The Availability Zone is required for IP address '{ip}' because it is not in the VPC",
+            )
+        if zone != "all":
+            raise ELBClientError(
+                "ValidationError",
+                f"The Availability Zone for IP address '{ip}' must be 'all' for Network Load Balancer target "
+                "groups, when not within the VPC",
+            )
+
+
+def _ip_health(tg: Any, target: dict[str, Any], scale: float) -> Any:
+    """DescribeTargetHealth of an `ip` target, from the group's health-check settings (ELB user guide, "Health checks
+    for Network Load Balancer target groups" and "Deregistration delay"; TargetHealth reason codes): `initial`
+    (Elb.RegistrationInProgress for the first interval, then Elb.InitialHealthChecking) until HealthyThresholdCount
+    checks, HealthCheckIntervalSeconds apart, passed; then `healthy`. `unused` (Target.NotInUse) while no load
+    balancer forwards to the group, `unavailable` (Target.HealthCheckDisabled) with health checks off. A
+    deregistered target is `draining` (Target.DeregistrationInProgress) for deregistration_delay.timeout_seconds.
+    Times are multiplied by ``scale`` (FaithfulSettings.target_time_scale). Returns None for moto's own answer."""
+    from moto.elbv2.models import FakeHealthStatus
+
+    now = time.monotonic()
+    tid = target["Id"]
+    registered = tg.targets.get(tid)
+    if registered is None:
+        draining = tg.__dict__.get(_DRAINING, {}).get(tid)
+        if draining is not None and now - draining[0] < _deregistration_delay(tg) * scale:
+            return FakeHealthStatus(
+                tid,
+                draining[1]["Port"],
+                tg.health_check_port,
+                "draining",
+                "Target.DeregistrationInProgress",
+                "Target deregistration is in progress",
+            )
+        return None
+    port, hc_port = registered["Port"], tg.health_check_port
+    if not tg.load_balancer_arns:
+        return FakeHealthStatus(
+            tid,
+            port,
+            hc_port,
+            "unused",
+            "Target.NotInUse",
+            "Target group is not configured to receive traffic from the load balancer",
+        )
+    if not tg.health_check_enabled:
+        return FakeHealthStatus(
+            tid, port, hc_port, "unavailable", "Target.HealthCheckDisabled", "Health checks are disabled"
+        )
+    interval = float(tg.health_check_interval_seconds) * scale
+    elapsed = now - tg.__dict__.get(_REGISTERED_AT, {}).get(tid, 0.0)
+    if elapsed < interval:
+        return FakeHealthStatus(
+            tid, port, hc_port, "initial", "Elb.RegistrationInProgress", "Target registration is in progress"
+        )
+    if elapsed < interval * int(tg.healthy_threshold_count):
+        return FakeHealthStatus(
+            tid, port, hc_port, "initial", "Elb.InitialHealthChecking", "Initial health checks in progress"
+        )
+    return FakeHealthStatus(tid, port, hc_port, "healthy")
+
+
+def _deregistration_delay(tg: Any) -> float:
+    return float(tg.attributes.get("deregistration_delay.timeout_seconds", 300))
 
 
 def _check_group_count(current: Callable[[], FaithfulSettings], groups: list[str] | None) -> None:
@@ -61,8 +163,24 @@ def patch_elbv2(current: Callable[[], FaithfulSettings]) -> None:
     FakeTargetGroup.load_balancer_arns = property(load_balancer_arns, set_arns)  # type: ignore[assignment]
 
     register = FakeTargetGroup.register
+    deregister = FakeTargetGroup.deregister
+    health_for = FakeTargetGroup.health_for
+    describe_health = ELBv2Backend.describe_target_health
 
     def register_targets(tg: Any, targets: list[dict[str, Any]]) -> None:
+        if current().targets and tg.target_type == "ip":
+            ec2 = ec2_backends[tg.arn.split(":")[4]][tg.arn.split(":")[3]]
+            _ip_target_errors(tg, targets, ec2.describe_subnets(filters={"vpc-id": [tg.vpc_id]}))
+            ids = {str(t["Id"]) for t in targets} | set(tg.targets)
+            if current().quotas and len(ids) > current().max_targets_per_target_group:
+                raise ELBClientError("TooManyTargets", "You've reached the limit on the number of targets.")
+        if tg.target_type == "ip":
+            now = time.monotonic()
+            registered_at = tg.__dict__.setdefault(_REGISTERED_AT, {})
+            for target in targets:
+                if target["Id"] not in tg.targets:  # registering a registered target again changes nothing
+                    registered_at[target["Id"]] = now
+                tg.__dict__.setdefault(_DRAINING, {}).pop(target["Id"], None)
         if current().targets and tg.target_type == "instance":
             backend = ec2_backends[tg.arn.split(":")[4]][tg.arn.split(":")[3]]
             # All checked before any is registered: AWS refuses the whole call.
@@ -78,6 +196,38 @@ def patch_elbv2(current: Callable[[], FaithfulSettings]) -> None:
         register(tg, targets)
 
     FakeTargetGroup.register = register_targets  # type: ignore[method-assign,assignment]
+
+    def deregister_targets(tg: Any, targets: list[dict[str, Any]]) -> None:
+        kept = {t["Id"]: tg.targets[t["Id"]] for t in targets if t["Id"] in tg.targets}
+        deregister(tg, targets)
+        if tg.target_type == "ip":
+            now = time.monotonic()
+            draining = tg.__dict__.setdefault(_DRAINING, {})
+            for tid, target in kept.items():
+                draining[tid] = (now, target)
+                tg.__dict__.get(_REGISTERED_AT, {}).pop(tid, None)
+
+    def target_health(tg: Any, target: dict[str, Any], ec2_backend: Any) -> Any:
+        if current().target_health_timing and tg.target_type == "ip":
+            answer = _ip_health(tg, target, current().target_time_scale)
+            if answer is not None:
+                return answer
+        return health_for(tg, target, ec2_backend)
+
+    def describe_target_health(self: Any, target_group_arn: str, targets: list[dict[str, Any]]) -> Any:
+        tg = self.target_groups.get(target_group_arn)
+        if not targets and tg is not None and tg.target_type == "ip" and current().target_health_timing:
+            # Without Targets, AWS lists the registered targets and those still draining.
+            now, delay = time.monotonic(), _deregistration_delay(tg) * current().target_time_scale
+            draining = tg.__dict__.get(_DRAINING, {})
+            for tid in [t for t, (at, _) in draining.items() if now - at >= delay]:
+                del draining[tid]
+            targets = list(tg.targets.values()) + [t for tid, (_, t) in draining.items() if tid not in tg.targets]
+        return describe_health(self, target_group_arn, targets)
+
+    FakeTargetGroup.deregister = deregister_targets  # type: ignore[method-assign,assignment]
+    FakeTargetGroup.health_for = target_health  # type: ignore[method-assign,assignment]
+    ELBv2Backend.describe_target_health = describe_target_health  # type: ignore[method-assign]
 
     create_lb = ELBv2Backend.create_load_balancer
     create_tg = ELBv2Backend.create_target_group

@@ -115,6 +115,17 @@ def dry_run(req: Request, options: Obj | None = None) -> bool:
     return bool(values)
 
 
+def _grace(req: Request, options: Obj) -> int | None:
+    """DeleteOptions.gracePeriodSeconds, from the body (kubectl, the Python client) or the query string."""
+    value = options.get("gracePeriodSeconds", req.query.get("gracePeriodSeconds"))
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise bad_request(f"invalid gracePeriodSeconds {value!r}") from exc
+
+
 class Api:
     def __init__(self, store: Store, server_address: str) -> None:
         self.store = store
@@ -350,7 +361,7 @@ class Api:
         assert route.name is not None
         opts = self._delete_options(req)
         obj, removed = self.store.delete(
-            res, route.namespace, route.name, opts.get("preconditions"), dry_run(req, opts)
+            res, route.namespace, route.name, opts.get("preconditions"), dry_run(req, opts), _grace(req, opts)
         )
         if not removed:
             # Held by finalizers: 200 with the object (deletionTimestamp set); 202 only when the caller asked for
@@ -370,12 +381,15 @@ class Api:
         if res.namespaced and route.namespace is None:
             raise ApiError(405, "the server does not allow this method on the requested resource")
         predicate, _ = self._filter(res, req)
-        dry = dry_run(req, self._delete_options(req))
+        opts = self._delete_options(req)
+        dry = dry_run(req, opts)
         listed = self.store.list(res, route.namespace, predicate)
         items = []
         for item in listed["items"]:
             try:
-                obj, _ = self.store.delete(res, route.namespace, item["metadata"]["name"], dry_run=dry)
+                obj, _ = self.store.delete(
+                    res, route.namespace, item["metadata"]["name"], dry_run=dry, grace_period=_grace(req, opts)
+                )
             except ApiError as exc:
                 if exc.code != 404:
                     raise

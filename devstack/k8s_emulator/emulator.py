@@ -194,6 +194,7 @@ class Emulator:
         )
         return kinds.from_storage(res, stored)
 
-    def delete(self, kind_plural: str, namespace: str | None, name: str) -> Obj:
-        obj, _ = self.store.delete(_resource(kind_plural), namespace, name)
+    def delete(self, kind_plural: str, namespace: str | None, name: str, grace_period: int | None = None) -> Obj:
+        """DELETE semantics; ``grace_period`` is DeleteOptions.gracePeriodSeconds (Pods)."""
+        obj, _ = self.store.delete(_resource(kind_plural), namespace, name, grace_period=grace_period)
         return obj

@@ -156,6 +156,12 @@ def not_supported(field: str, value: Any, valid: list[str]) -> FieldError:
     return FieldError("FieldValueNotSupported", field, f"Unsupported value: {_fmt(value)}: supported values: {opts}")
 
 
+def too_many(field: str, actual: int, maximum: int) -> FieldError:
+    """field.TooMany: ``Too many: 1001: must have at most 1000 items``."""
+    items = "item" if maximum == 1 else "items"
+    return FieldError("FieldValueTooMany", field, f"Too many: {actual}: must have at most {maximum} {items}")
+
+
 def forbidden(field: str, detail: str) -> FieldError:
     return FieldError("FieldValueForbidden", field, f"Forbidden: {detail}")
 

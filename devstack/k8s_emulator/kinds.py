@@ -6,7 +6,7 @@ import copy
 from collections.abc import Callable
 from typing import Any, Final
 
-from . import defaults
+from . import defaults, endpointslice_validation, pod_validation
 from .errors import FieldError, forbidden, invalid, invalid_error, required
 from .resources import Resource
 from .validation import dns1123_subdomain, qualified_name, validate_metadata
@@ -147,6 +147,12 @@ def _validate(res: Resource, obj: Obj, old: Obj | None) -> None:
         errs += _validate_event(res, obj)
     if res.kind == "Node" and old is not None:
         errs += _validate_node_update(obj, old)
+    if res.kind == "Pod":
+        errs += pod_validation.validate_spec(obj)
+        if old is not None:
+            errs += pod_validation.validate_update(obj, old)
+    if res.kind == "EndpointSlice":
+        errs += endpointslice_validation.validate(obj, old)
     if res.kind == "Lease":
         duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
         if duration is not None and (not isinstance(duration, int) or duration <= 0):
@@ -161,6 +167,10 @@ def prepare_create(res: Resource, obj: Obj, siblings: Siblings) -> None:
         obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
         obj["spec"] = {"finalizers": ["kubernetes"]}
         obj["status"] = {"phase": "Active"}
+    if res.kind == "Pod":
+        pod_validation.prepare_create(obj)
+    if res.kind == "EndpointSlice":
+        endpointslice_validation.apply_defaults(obj)
     _validate(res, obj, None)
     if res.kind == "Service":
         defaults.prepare_create(obj, siblings())
@@ -199,6 +209,10 @@ def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subres
             result["status"] = copy.deepcopy(new.get("status") or {})
         if res.kind == "Service":
             defaults.validate_status(result)
+        if res.kind == "Pod":
+            errs = pod_validation.validate_status(result, old)
+            if errs:
+                raise invalid_error(res.kind, res.group, result["metadata"].get("name", ""), errs)
         return omit_empty(res, result)
     if res.has_status:
         new["status"] = copy.deepcopy(old.get("status"))
@@ -207,6 +221,10 @@ def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subres
     if res.kind == "Namespace":
         new["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = new["metadata"]["name"]
         new["spec"] = copy.deepcopy(old.get("spec") or {})
+    if res.kind == "Pod":
+        pod_validation.apply_defaults(new)
+    if res.kind == "EndpointSlice":
+        endpointslice_validation.apply_defaults(new)
     _validate(res, new, old)
     if res.kind == "Service":
         defaults.prepare_update(new, old, siblings())
@@ -214,7 +232,7 @@ def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subres
 
 
 # Kinds whose status strategy keeps metadata changes (the others, e.g. apps/v1, are not modelled that far).
-_STATUS_KEEPS_METADATA = frozenset({"Service", "Node", "Namespace"})
+_STATUS_KEEPS_METADATA = frozenset({"Service", "Node", "Namespace", "Pod"})
 # `omitempty` lists and maps of the Go types: an empty one is not stored or returned (`finalizers: []` reads back
 # as absent, as from the real server). Structs such as Service status.loadBalancer are never omitted.
 _OMIT_EMPTY: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -231,6 +249,14 @@ _OMIT_EMPTY: dict[str, tuple[tuple[str, ...], ...]] = {
         ("spec", "loadBalancerSourceRanges"),
         ("status", "loadBalancer", "ingress"),
         ("status", "conditions"),
+    ),
+    "Pod": (
+        ("spec", "readinessGates"),
+        ("spec", "tolerations"),
+        ("spec", "nodeSelector"),
+        ("status", "conditions"),
+        ("status", "podIPs"),
+        ("status", "containerStatuses"),
     ),
     "Node": (
         ("spec", "taints"),

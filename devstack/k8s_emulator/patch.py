@@ -26,6 +26,13 @@ SMP_LIST_KEYS: dict[str, dict[tuple[str, ...], str]] = {
         ("status", "volumesAttached"): "name",
     },
     "Namespace": {("status", "conditions"): "type"},
+    # core/v1 PodSpec / PodStatus patchMergeKeys (containers by name, conditions by type, podIPs by ip).
+    "Pod": {
+        ("spec", "containers"): "name",
+        ("spec", "initContainers"): "name",
+        ("status", "conditions"): "type",
+        ("status", "podIPs"): "ip",
+    },
 }
 
 

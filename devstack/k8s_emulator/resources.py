@@ -138,6 +138,34 @@ RESOURCES: list[Resource] = [
         field_labels=_EVENT_FIELDS,
     ),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True, (), allow_create_on_update=True),
+    # Pods: validation, defaulting and graceful deletion as the pod registry does (pod_validation.py); no kubelet
+    # or scheduler in the emulator (devstack.k8s_world plays them). The pod registry returns the deleted object.
+    Resource(
+        "",
+        "v1",
+        "pods",
+        "pod",
+        "Pod",
+        True,
+        ("po",),
+        has_status=True,
+        return_deleted_object=True,
+        field_labels=frozenset(
+            {
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+                "spec.hostNetwork",
+            }
+        ),
+    ),
+    # discovery.k8s.io/v1 EndpointSlices (validation: endpointslice_validation.py); devstack.endpointslices plays
+    # kube-controller-manager's EndpointSlice controller.
+    Resource("discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice", True),
     # Stored without controllers: enough for `kubectl apply` of deploy/ and for the RBAC authorizer (rbac.py),
     # which reads the role and binding objects from the store.
     Resource("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",)),
@@ -168,6 +196,7 @@ RESOURCES: list[Resource] = [
 GROUPS: list[tuple[str, str]] = [
     ("events.k8s.io", "v1"),
     ("coordination.k8s.io", "v1"),
+    ("discovery.k8s.io", "v1"),
     ("apps", "v1"),
     ("policy", "v1"),
     ("networking.k8s.io", "v1"),

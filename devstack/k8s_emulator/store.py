@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import kinds, managed_fields
+from . import kinds, managed_fields, pod_validation
 from .errors import (
     ApiError,
     already_exists,
@@ -48,6 +48,10 @@ _SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGraceP
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_in(seconds: float) -> str:
+    return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _spec_part(obj: Obj) -> Obj:
@@ -218,7 +222,8 @@ class Store:
             else:
                 meta.pop("namespace", None)
             if not meta.get("name") and meta.get("generateName"):
-                meta["name"] = str(meta["generateName"]) + "".join(random.choices(_NAME_CHARS, k=5))
+                # SimpleNameGenerator: the prefix is cut to 58 characters so the name fits a 63-character label.
+                meta["name"] = str(meta["generateName"])[:58] + "".join(random.choices(_NAME_CHARS, k=5))
             if meta.get("resourceVersion"):
                 raise ApiError(500, "resourceVersion should not be set on objects to be created", "InternalError")
             self._check_namespace(res, namespace)
@@ -320,7 +325,13 @@ class Store:
             if dry_run:
                 return copy.deepcopy(stored), False
             self._next_rv(stored)
-            if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
+            # shouldDeleteDuringUpdate: the last finalizer gone from an object whose deletion waits on nothing else
+            # (deletionGracePeriodSeconds 0); a Pod still in its grace period stays.
+            if (
+                stored["metadata"].get("deletionTimestamp")
+                and not stored["metadata"].get("finalizers")
+                and not cur_meta.get("deletionGracePeriodSeconds")
+            ):
                 del self._bucket(res)[key]
                 self._emit("DELETED", res, stored, current)
                 self._after_removal(res, namespace)
@@ -345,8 +356,10 @@ class Store:
         name: str,
         preconditions: Obj | None = None,
         dry_run: bool = False,
+        grace_period: Any = None,
     ) -> tuple[Obj, bool]:
-        """Returns (object, removed now?). Objects with finalizers only get a deletionTimestamp."""
+        """Returns (object, removed now?). Objects with finalizers only get a deletionTimestamp; so do Pods with a
+        grace period (``grace_period``: the DeleteOptions' gracePeriodSeconds, see ``_graceful``)."""
         with self.lock:
             key = self._key(res, namespace, name)
             current = self._bucket(res).get(key)
@@ -373,6 +386,10 @@ class Store:
                 return copy.deepcopy(current), not meta.get("finalizers") and res.kind != "Namespace"
             if res.kind == "Namespace":
                 return self._delete_namespace(res, current)
+            if res.kind == "Pod":
+                pending_delete = self._graceful(res, key, current, grace_period)
+                if pending_delete is not None:
+                    return pending_delete
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp"):
                     return copy.deepcopy(current), False
@@ -389,6 +406,27 @@ class Store:
             self._emit("DELETED", res, gone_obj, current)
             self._after_removal(res, namespace)
             return copy.deepcopy(gone_obj), True
+
+    def _graceful(self, res: Resource, key: Key, current: Obj, requested: Any) -> tuple[Obj, bool] | None:
+        """rest.BeforeDelete with the pod strategy's CheckGracefulDelete: a grace period > 0 sets deletionTimestamp
+        (now + period) and deletionGracePeriodSeconds and keeps the pod (the kubelet deletes it again with 0 once its
+        containers stopped); a second DELETE may only shorten the period; a period of 0 deletes now (unless
+        finalizers hold the pod). Returns None when the deletion goes ahead now."""
+        meta = current["metadata"]
+        period = pod_validation.grace_period(current, requested)
+        existing = meta.get("deletionGracePeriodSeconds")
+        if existing is not None and meta.get("deletionTimestamp") and period >= int(existing):
+            return copy.deepcopy(current), False  # already terminating, no shorter: nothing changes
+        if period == 0:
+            return None
+        pending = copy.deepcopy(current)
+        pending["metadata"]["deletionTimestamp"] = rfc3339_in(period)
+        pending["metadata"]["deletionGracePeriodSeconds"] = period
+        pending["metadata"]["generation"] = int(meta.get("generation", 1)) + 1
+        self._next_rv(pending)
+        self._bucket(res)[key] = pending
+        self._emit("MODIFIED", res, pending, current)
+        return copy.deepcopy(pending), False
 
     def _delete_namespace(self, res: Resource, current: Obj) -> tuple[Obj, bool]:
         # Stand-in for the namespace controller: mark Terminating, delete contents, then drop the
@@ -408,7 +446,7 @@ class Store:
                     continue
                 seen.add(other.store_key)
                 for key in [k for k in self._bucket(other) if k[0] == name]:
-                    self.delete(other, name, key[1])  # the last removal may already drop the namespace
+                    self.delete(other, name, key[1], grace_period=0)  # the last removal may already drop the namespace
         if ("", name) not in self._bucket(res):
             last = next(ev.obj for ev in reversed(self.history) if ev.key == "namespaces")
             return copy.deepcopy(last), True

@@ -125,6 +125,45 @@ def _lease(o: Obj) -> list[Any]:
     ]
 
 
+def _pod(o: Obj) -> list[Any]:
+    """printPod: READY containers/total, STATUS (Terminating once a deletion is pending), RESTARTS, and with
+    ``-o wide`` IP, NODE, NOMINATED NODE and READINESS GATES (gates True / gates declared)."""
+    spec, status = o.get("spec") or {}, o.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    ready = sum(1 for c in statuses if c.get("ready"))
+    reason = status.get("reason") or status.get("phase") or ""
+    if o["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    gates = [g.get("conditionType") for g in spec.get("readinessGates") or []]
+    conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    gates_cell = f"{sum(1 for g in gates if conds.get(g) == 'True')}/{len(gates)}" if gates else "<none>"
+    return [
+        o["metadata"]["name"],
+        f"{ready}/{len(spec.get('containers') or [])}",
+        reason,
+        sum(int(c.get("restartCount") or 0) for c in statuses),
+        human_age(o["metadata"].get("creationTimestamp")),
+        status.get("podIP") or "<none>",
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        gates_cell,
+    ]
+
+
+def _endpoint_slice(o: Obj) -> list[Any]:
+    """printEndpointSlice: ports by number ("<unset>" when none), the first three addresses then "+ N more..."."""
+    ports = [str(p.get("port")) for p in o.get("ports") or [] if p.get("port") is not None]
+    addresses = [a for e in o.get("endpoints") or [] for a in e.get("addresses") or []]
+    shown = ",".join(addresses[:3]) + (f" + {len(addresses) - 3} more..." if len(addresses) > 3 else "")
+    return [
+        o["metadata"]["name"],
+        o.get("addressType", ""),
+        ",".join(ports) or "<unset>",
+        shown or "<unset>",
+        human_age(o["metadata"].get("creationTimestamp")),
+    ]
+
+
 def _generic(o: Obj) -> list[Any]:
     return [o["metadata"]["name"], human_age(o["metadata"].get("creationTimestamp"))]
 
@@ -160,6 +199,30 @@ PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
         _event,
     ),
     "Lease": ([_NAME, ("Holder", "string", "", 0), _AGE], _lease),
+    "Pod": (
+        [
+            _NAME,
+            ("Ready", "string", "", 0),
+            ("Status", "string", "", 0),
+            ("Restarts", "string", "", 0),
+            _AGE,
+            ("IP", "string", "", 1),
+            ("Node", "string", "", 1),
+            ("Nominated Node", "string", "", 1),
+            ("Readiness Gates", "string", "", 1),
+        ],
+        _pod,
+    ),
+    "EndpointSlice": (
+        [
+            _NAME,
+            ("AddressType", "string", "", 0),
+            ("Ports", "string", "", 0),
+            ("Endpoints", "string", "", 0),
+            _AGE,
+        ],
+        _endpoint_slice,
+    ),
 }
 
 

@@ -396,3 +396,114 @@ def test_elbv2_creates_are_idempotent_for_the_same_settings_and_refused_for_othe
         elbv2.create_listener(**{**listener, "Protocol": "UDP"})
     assert _code(err) == "DuplicateListener"
     assert len(elbv2.describe_listeners(LoadBalancerArn=first["LoadBalancerArn"])["Listeners"]) == 1
+
+
+def _ip_group(world: World, name: str, **kwargs: Any) -> str:
+    elbv2 = client("elbv2", world.endpoint_url, REGION)
+    return str(
+        elbv2.create_target_group(Name=name, Protocol="TCP", Port=8080, VpcId=world.vpc_id, TargetType="ip", **kwargs)[
+            "TargetGroups"
+        ][0]["TargetGroupArn"]
+    )
+
+
+def test_ip_targets_must_be_in_a_subnet_of_the_vpc_or_a_private_range_with_zone_all(
+    world: World, faithful: Any
+) -> None:
+    elbv2 = client("elbv2", world.endpoint_url, REGION, config=NO_RETRIES)
+    tg = _ip_group(world, "ip-ranges")
+    in_subnet = "10.0.128.5"  # a private subnet of the world's VPC (10.0.128.0/24, first zone)
+
+    def refused(targets: list[dict[str, Any]]) -> tuple[str, str]:
+        with pytest.raises(ClientError) as err:
+            elbv2.register_targets(TargetGroupArn=tg, Targets=targets)
+        return _code(err), str(err.value.response["Error"]["Message"])
+
+    code, message = refused([{"Id": in_subnet, "AvailabilityZone": "all"}])
+    assert code == "ValidationError"
+    assert message == (
+        f"The IP address '{in_subnet}' is within the VPC, and cannot have its Availability Zone overridden to 'all' "
+        f"from '{world.azs[0]}'"
+    )
+    # In the VPC's CIDR block but in none of its subnets: outside the VPC for AWS.
+    assert refused([{"Id": "10.0.200.5"}]) == (
+        "ValidationError",
+        "The Availability Zone is required for IP address '10.0.200.5' because it is not in the VPC",
+    )
+    assert refused([{"Id": "192.168.1.10", "AvailabilityZone": world.azs[0]}])[0] == "ValidationError"
+    assert refused([{"Id": "52.1.2.3", "AvailabilityZone": "all"}])[0] == "InvalidTarget"  # publicly routable
+    assert refused([{"Id": "i-0123456789abcdef0"}])[0] == "ValidationError"
+    # One bad target refuses the call: nothing of it is registered.
+    assert refused([{"Id": in_subnet}, {"Id": "52.1.2.3", "AvailabilityZone": "all"}])[0] == "InvalidTarget"
+    assert elbv2.describe_target_health(TargetGroupArn=tg)["TargetHealthDescriptions"] == []
+    elbv2.register_targets(
+        TargetGroupArn=tg,
+        Targets=[
+            {"Id": in_subnet},
+            {"Id": "10.0.129.7", "AvailabilityZone": world.azs[1]},
+            {"Id": "100.64.3.4", "AvailabilityZone": "all"},  # RFC 6598, e.g. a peered VPC's secondary range
+            {"Id": "172.20.0.9", "AvailabilityZone": "all"},
+        ],
+    )
+    described = elbv2.describe_target_health(TargetGroupArn=tg)["TargetHealthDescriptions"]
+    assert sorted(d["Target"]["Id"] for d in described) == ["10.0.128.5", "10.0.129.7", "100.64.3.4", "172.20.0.9"]
+
+
+def test_ip_target_health_follows_the_health_check_timing_and_the_deregistration_delay(
+    world: World, faithful: Any
+) -> None:
+    aws_faithful.install(FaithfulSettings(sg_release_seconds=1.0, eventual_consistency=False, target_time_scale=0.02))
+    elbv2 = client("elbv2", world.endpoint_url, REGION)
+    # 10 s x 3 checks = 30 s to healthy, 20 s of draining: 0.6 s and 0.4 s at this scale.
+    tg = _ip_group(world, "ip-timing", HealthCheckIntervalSeconds=10, HealthyThresholdCount=3)
+    elbv2.modify_target_group_attributes(
+        TargetGroupArn=tg, Attributes=[{"Key": "deregistration_delay.timeout_seconds", "Value": "20"}]
+    )
+    target = {"Id": "10.0.128.20", "Port": 8080}
+
+    def health(targets: list[dict[str, Any]] | None = None) -> list[tuple[str, str, str | None]]:
+        described = elbv2.describe_target_health(TargetGroupArn=tg, **({"Targets": targets} if targets else {}))
+        return [
+            (d["Target"]["Id"], d["TargetHealth"]["State"], d["TargetHealth"].get("Reason"))
+            for d in described["TargetHealthDescriptions"]
+        ]
+
+    elbv2.register_targets(TargetGroupArn=tg, Targets=[target])
+    assert health() == [("10.0.128.20", "unused", "Target.NotInUse")]  # no load balancer forwards to it yet
+    lb = _nlb(world, "ip-timing", [])
+    elbv2.create_listener(
+        LoadBalancerArn=lb, Protocol="TCP", Port=80, DefaultActions=[{"Type": "forward", "TargetGroupArn": tg}]
+    )
+    registered = time.monotonic()
+    second = {"Id": "10.0.128.21", "Port": 8080}
+    elbv2.register_targets(TargetGroupArn=tg, Targets=[second])
+    assert dict((i, (s, r)) for i, s, r in health())["10.0.128.21"] == ("initial", "Elb.RegistrationInProgress")
+    time.sleep(0.25)  # past one interval (0.2 s)
+    assert dict((i, (s, r)) for i, s, r in health())["10.0.128.21"] == ("initial", "Elb.InitialHealthChecking")
+    _until(lambda: health([second]) == [("10.0.128.21", "healthy", None)], timeout=5)
+    assert time.monotonic() - registered >= 0.6
+    elbv2.deregister_targets(TargetGroupArn=tg, Targets=[second])
+    drained = time.monotonic()
+    assert sorted(health()) == [
+        ("10.0.128.20", "healthy", None),
+        ("10.0.128.21", "draining", "Target.DeregistrationInProgress"),
+    ]
+    _until(lambda: [i for i, _, _ in health()] == ["10.0.128.20"], timeout=5)
+    assert time.monotonic() - drained >= 0.4
+    assert health([second]) == [("10.0.128.21", "unused", "Target.NotRegistered")]
+    elbv2.register_targets(TargetGroupArn=tg, Targets=[second])  # back again: health checks start over
+    assert dict((i, s) for i, s, _ in health())["10.0.128.21"] == "initial"
+
+
+def test_targets_per_target_group_quota(world: World, faithful: Any) -> None:
+    aws_faithful.install(
+        FaithfulSettings(sg_release_seconds=1.0, eventual_consistency=False, max_targets_per_target_group=5)
+    )
+    elbv2 = client("elbv2", world.endpoint_url, REGION, config=NO_RETRIES)
+    tg = _ip_group(world, "ip-quota")
+    elbv2.register_targets(TargetGroupArn=tg, Targets=[{"Id": f"10.0.128.{30 + i}"} for i in range(5)])
+    elbv2.register_targets(TargetGroupArn=tg, Targets=[{"Id": "10.0.128.30"}])  # already registered: no new target
+    with pytest.raises(ClientError) as err:
+        elbv2.register_targets(TargetGroupArn=tg, Targets=[{"Id": "10.0.128.40"}])
+    assert _code(err) == "TooManyTargets"
+    assert len(elbv2.describe_target_health(TargetGroupArn=tg)["TargetHealthDescriptions"]) == 5

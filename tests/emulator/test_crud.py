@@ -19,6 +19,7 @@ def test_load_kube_config_and_discovery(emu: Emulator, kubeconfig: str) -> None:
     assert groups == {
         "events.k8s.io",
         "coordination.k8s.io",
+        "discovery.k8s.io",
         "apps",
         "policy",
         "rbac.authorization.k8s.io",
@@ -149,7 +150,7 @@ def test_list_all_namespaces_and_unknown_paths(raw: Raw, core: kubernetes.client
         ("default", "a"),
         ("team", "b"),
     ]
-    status, _, body = raw.request("GET", "/api/v1/pods")
+    status, _, body = raw.request("GET", "/api/v1/replicationcontrollers")
     assert status == 404 and body["kind"] == "Status"
     status, _, body = raw.request("POST", "/api/v1/services", service_body("c"))
     assert status == 405
