@@ -237,6 +237,11 @@ def patch_elbv2(current: Callable[[], FaithfulSettings]) -> None:
 
     def create_load_balancer(self: Any, name: str, security_groups: list[str], *args: Any, **kwargs: Any) -> Any:
         _check_group_count(current, security_groups)
+        # CreateLoadBalancer, "Errors": InvalidSecurityGroup, "The specified security group does not exist" (HTTP
+        # 400). moto checks it on SetSecurityGroups only; a group deleted under a cached id must fail here too.
+        ec2 = ec2_backends[self.account_id][self.region_name]
+        if missing := [g for g in security_groups or [] if ec2.get_security_group_from_id(g) is None]:
+            raise ELBClientError("InvalidSecurityGroup", f"Security group {missing[0]} does not exist")
         # (subnet_ids, subnet_mappings, scheme, loadbalancer_type, ...) when passed by position
         lb_type = kwargs.get("loadbalancer_type") or (args[3] if len(args) > 3 else None)
         if current().quotas and lb_type == "network":

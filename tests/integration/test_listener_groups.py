@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from ccm.aws import names
 from ccm.aws import security_groups_model as sgm
@@ -174,3 +175,22 @@ def test_lbs_on_the_all_ports_group_move_to_their_listener_groups_then_it_goes(e
         if r.cidr in EVERYWHERE
     }
     assert open_ports == {("tcp", 80), ("tcp", 443), ("icmp", 3)}  # the listeners, and path-MTU ICMP
+
+
+def test_a_listener_group_deleted_behind_a_warm_cache_is_made_again(env: Env) -> None:
+    """The sweeper collects a listener group no LB carries; a warm environment still has its id cached. AWS answers
+    CreateLoadBalancer naming it with InvalidSecurityGroup (the devstack too): the cache is forgotten, the pass is
+    retried, and the retry finds or makes the group again, never an LB carrying a group that does not exist."""
+    first = web("nlb", "first")
+    env.lbs.ensure_load_balancer(first, env.world.nodes())
+    (listeners,) = [g for g in _groups_of(env, first, "nlb") if g != env.backend()[0]]
+    env.delete_until_done(first["metadata"]["uid"])
+    env.ec2.delete_security_group(GroupId=listeners)  # as the sweeper does once no LB carries it
+    second = web("nlb", "second")
+    with pytest.raises(ClientError, match="InvalidSecurityGroup"):
+        env.lbs.ensure_load_balancer(second, env.world.nodes())
+    env.lbs.ensure_load_balancer(second, env.world.nodes())  # the queue's retry
+    carried = _groups_of(env, second, "nlb")
+    assert listeners not in carried
+    assert {g["GroupId"] for g in vpc_groups(env)} >= set(carried)
+    assert findings(vpc_groups(env)) == []
