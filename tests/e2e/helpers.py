@@ -376,6 +376,18 @@ def leak_report(stack: Stack, svc: dict[str, Any]) -> str:
     return f"{name} ({uid}) left {tagged_for_service(stack, svc)}; its log lines:\n" + "\n".join(lines[-80:])
 
 
+def _readable_groups(stack: Stack, group_ids: set[str]) -> list[dict[str, Any]] | None:
+    try:
+        found: list[dict[str, Any]] = stack.aws("ec2").describe_security_groups(GroupIds=sorted(group_ids))[
+            "SecurityGroups"
+        ]
+    except ClientError as err:
+        if err.response["Error"]["Code"] == "InvalidGroup.NotFound":
+            return None
+        raise
+    return found
+
+
 def gone(stack: Stack, *svcs: dict[str, Any]) -> None:
     """Delete the Services: nothing tagged for them may remain (LBs, target groups, managed security groups), and
     no node rule may still reference one of their load balancers' own groups. The cluster's shared groups
@@ -385,7 +397,11 @@ def gone(stack: Stack, *svcs: dict[str, Any]) -> None:
         lb = nlb(stack, svc) or clb(stack, svc) or {}
         groups |= set(lb.get("SecurityGroups") or [])
     if groups:
-        described = stack.aws("ec2").describe_security_groups(GroupIds=sorted(groups))["SecurityGroups"]
+        # By id, a group created a moment ago is "not found" to reads for a while (EC2's read-after-create lag, which
+        # the devstack models): wait until every one is readable, as AWS eventually shows them.
+        described = stack.wait_for(
+            lambda: _readable_groups(stack, groups), timeout=30, what="the load balancers' groups readable"
+        )
         groups -= {g["GroupId"] for g in described if any(t["Key"] == "serverless-ccm/role" for t in g.get("Tags", []))}
     for svc in svcs:
         delete_service(stack, svc["metadata"]["name"])
