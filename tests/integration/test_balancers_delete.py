@@ -161,6 +161,17 @@ def svc_name(svc: dict[str, Any]) -> str:
     return ("a" + svc["metadata"]["uid"].replace("-", ""))[:32]
 
 
+def _made_elsewhere(env: Env, lb_type: str, name: str, tags: list[dict[str, str]]) -> None:
+    """A load balancer of our name, made by someone else with these tags."""
+    vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
+    subnets = [s["SubnetId"] for s in env.ec2.describe_subnets(Filters=vpc_filter)["Subnets"]]
+    if lb_type == "nlb":
+        env.elbv2.create_load_balancer(Name=name, Type="network", Subnets=subnets, Tags=tags)
+    else:
+        listeners = [{"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}]
+        env.elb.create_load_balancer(LoadBalancerName=name, Listeners=listeners, Subnets=subnets, Tags=tags)
+
+
 @pytest.mark.parametrize("lb_type", ["nlb", "clb"])
 def test_a_load_balancer_of_the_service_name_tagged_for_another_cluster_is_never_deleted(
     env: Env, lb_type: str
@@ -170,13 +181,7 @@ def test_a_load_balancer_of_the_service_name_tagged_for_another_cluster_is_never
     svc = _svc(lb_type)
     name = ("a" + svc["metadata"]["uid"].replace("-", ""))[:32]
     tags = [{"Key": "kubernetes.io/cluster/another-cluster", "Value": "owned"}]
-    vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
-    subnets = [s["SubnetId"] for s in env.ec2.describe_subnets(Filters=vpc_filter)["Subnets"]]
-    if lb_type == "nlb":
-        env.elbv2.create_load_balancer(Name=name, Type="network", Subnets=subnets, Tags=tags)
-    else:
-        listeners = [{"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}]
-        env.elb.create_load_balancer(LoadBalancerName=name, Listeners=listeners, Subnets=subnets, Tags=tags)
+    _made_elsewhere(env, lb_type, name, tags)
     env.lbs.ensure_load_balancer_deleted(svc)
     assert (env.nlbs() if lb_type == "nlb" else env.clbs()) == [name]
 
@@ -267,12 +272,6 @@ def test_a_delete_by_uid_knows_the_cluster_too(env: Env, lb_type: str) -> None:
         {"Key": "kubernetes.io/cluster/another-cluster", "Value": "owned"},
         {"Key": "serverless-ccm/service-uid", "Value": uid},
     ]
-    vpc_filter = [{"Name": "vpc-id", "Values": [env.world.vpc_id]}]
-    subnets = [s["SubnetId"] for s in env.ec2.describe_subnets(Filters=vpc_filter)["Subnets"]]
-    if lb_type == "nlb":
-        env.elbv2.create_load_balancer(Name=name, Type="network", Subnets=subnets, Tags=tags)
-    else:
-        listeners = [{"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}]
-        env.elb.create_load_balancer(LoadBalancerName=name, Listeners=listeners, Subnets=subnets, Tags=tags)
+    _made_elsewhere(env, lb_type, name, tags)
     env.lbs.delete_for_uid(uid)
     assert (env.nlbs() if lb_type == "nlb" else env.clbs()) == [name]
