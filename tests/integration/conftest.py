@@ -13,11 +13,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clients import AwsClients
 from ccm.aws.nlb import NetworkLoadBalancers
 from ccm.contracts.cluster import Cluster
 from devstack import aws_faithful
 from tests.factories import node
+from tests.lb_types import only
 
 REGION = "us-east-1"
 CLUSTER = "test-cluster"
@@ -28,7 +30,7 @@ class World:
     vpc_id: str
     instances: list[str]
     clients: AwsClients
-    nlb: NetworkLoadBalancers
+    nlb: LoadBalancers  # the pass with the NLB deployer alone (tests.lb_types.only)
 
     def nodes(self) -> list[dict]:
         return [node(f"n{i}", iid) for i, iid in enumerate(self.instances)]
@@ -69,4 +71,5 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             for i in range(3)
         ]
         clients = AwsClients(region=REGION)
-        yield World(vpc, instances, clients, NetworkLoadBalancers(clients, Cluster(CLUSTER, vpc, "ccm.aws/serverless")))
+        cluster = Cluster(CLUSTER, vpc, "ccm.aws/serverless")
+        yield World(vpc, instances, clients, only("nlb", NetworkLoadBalancers(clients, cluster), cluster))

@@ -22,6 +22,7 @@ from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.aws.nlb import NetworkLoadBalancers
+from ccm.aws.ownership import Ownership
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import PassFlags, RetryError
 from ccm.contracts.cluster import Cluster
@@ -52,8 +53,9 @@ class Env:
         self.lbs = LoadBalancers(
             NetworkLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS), groups),
             ClassicLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS), groups),
-            "clb",
+            Cluster(CLUSTER, world.vpc_id, OUR_CLASS, default_lb_type="clb"),
             security_groups=groups,
+            ownership=Ownership(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS)),
         )
 
     def node_rule_sources(self) -> list[str]:

@@ -15,6 +15,7 @@ from ccm.aws.balancers import LoadBalancers
 from ccm.aws.clb import ClassicLoadBalancers
 from ccm.aws.clients import CallCounter
 from ccm.aws.nlb import NetworkLoadBalancers
+from ccm.aws.ownership import Ownership
 from ccm.aws.security_groups import SecurityGroups
 from ccm.aws.table import ClusterTable
 from ccm.contracts.cloud import PassFlags, RetryError
@@ -61,10 +62,10 @@ class Env:
         self.lbs = LoadBalancers(
             NetworkLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS), groups),
             ClassicLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS), groups),
-            "nlb" if lb_type == "nlb" else "clb",
+            Cluster(CLUSTER, world.vpc_id, OUR_CLASS, default_lb_type="nlb" if lb_type == "nlb" else "clb"),
             security_groups=groups,
             applied=self.table,
-            tagging=world.clients.tagging,
+            ownership=Ownership(world.clients, Cluster(CLUSTER, world.vpc_id, OUR_CLASS)),
             clock=lambda: self.now,
         )
         self.elbv2 = boto3.client("elbv2", region_name=REGION)

@@ -29,6 +29,7 @@ from ccm.contracts.cloud import CloudStateError, ImplementedElsewhere, InvalidSe
 from ccm.contracts.cluster import Cluster
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
+from tests.lb_types import only
 
 A = "service.beta.kubernetes.io/aws-load-balancer-"
 CLUSTER_TAG = f"kubernetes.io/cluster/{CLUSTER}"
@@ -51,7 +52,8 @@ class Env:
             TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": CLUSTER_TAG, "Value": "owned"}]}],
         )
         groups = SecurityGroups(world.clients, Cluster(CLUSTER, world.vpc_id))
-        self.clb = ClassicLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, "ccm.aws/serverless"), groups)
+        cluster = Cluster(CLUSTER, world.vpc_id, "ccm.aws/serverless")
+        self.clb = only("clb", ClassicLoadBalancers(world.clients, cluster, groups), cluster, groups)
 
     def calls(self, action: Callable[[], Any]) -> Counter[str]:
         self.world.clients.counter.reset_thread()
@@ -161,7 +163,7 @@ def test_port_changes_in_place(env: Env):
     # The listener group of the new port set (new to the cluster: created with its rules), carried beside the old
     # one while the listeners change, then alone: no moment without a rule for a live listener.
     applied: list[list[str]] = []
-    env.clb.elb.meta.events.register(
+    env.world.clients.client("elb").meta.events.register(
         "provide-client-params.elastic-load-balancing.ApplySecurityGroupsToLoadBalancer",
         lambda params, **_: applied.append(sorted(params["SecurityGroups"])),
     )
@@ -376,7 +378,8 @@ def test_delete_leaves_nothing(env: Env):
 
 
 def test_without_a_security_group_manager_groups_are_left_alone(env: Env):
-    plain = ClassicLoadBalancers(env.world.clients, Cluster(CLUSTER, env.world.vpc_id, "ccm.aws/serverless"))
+    cluster = Cluster(CLUSTER, env.world.vpc_id, "ccm.aws/serverless")
+    plain = only("clb", ClassicLoadBalancers(env.world.clients, cluster), cluster)
     svc = service()
     made = env.calls(lambda: plain.ensure_load_balancer(svc, env.world.nodes()))
     assert not [op for op in made if "SecurityGroup" in op]

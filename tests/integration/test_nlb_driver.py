@@ -301,7 +301,7 @@ def test_an_nlb_of_our_name_not_tagged_for_us_is_left_in_place_and_reported(
     world.clients.counter.reset_thread()
     with caplog.at_level("WARNING", logger="ccm.aws"):  # the driver and its parts (nlb_adoption, ...)
         world.nlb.ensure_load_balancer_deleted(svc)  # another cluster's
-        assert world.nlb.delete_for_uid(by_hand["metadata"]["uid"]) is False  # no cluster tag at all
+        assert world.nlb.deployers["nlb"].delete_for_uid(by_hand["metadata"]["uid"]) is False  # no cluster tag
     assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
     assert sorted(lb["LoadBalancerArn"] for lb in elbv2.describe_load_balancers()["LoadBalancers"]) == sorted(
         arns[0::2]

@@ -19,6 +19,7 @@ from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cluster import Cluster
 from tests.factories import service
 from tests.integration.conftest import CLUSTER, REGION, World
+from tests.lb_types import only
 
 SLOW_S = 0.2  # each read held this long: sequential reads cannot overlap
 
@@ -86,7 +87,8 @@ def test_a_new_environment_reads_subnets_route_tables_and_groups_at_once(world: 
         ],
     )
     groups = SecurityGroups(world.clients, Cluster(CLUSTER, world.vpc_id))
-    nlb = NetworkLoadBalancers(world.clients, Cluster(CLUSTER, world.vpc_id, "ccm.aws/serverless"), groups)
+    cluster = Cluster(CLUSTER, world.vpc_id, "ccm.aws/serverless")
+    nlb = only("nlb", NetworkLoadBalancers(world.clients, cluster, groups), cluster, groups)
     nlb.ensure_load_balancer(service(), world.nodes())  # the cluster's shared groups now exist
     groups.forget_node_groups()  # a new execution environment: its caches are empty
     subnets.forget_discovery(world.vpc_id)

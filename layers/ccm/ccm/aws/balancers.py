@@ -1,5 +1,9 @@
-"""Both load balancer types behind the one LoadBalancer contract: which driver serves a Service is its
-`aws-load-balancer-type` annotation (`nlb`, `clb`), else the configured default (template DefaultLoadBalancerType).
+"""The pass: both load balancer types behind the one LoadBalancer contract (ccm.contracts.cloud).
+
+`desire` builds the Service's model once (ccm.aws.model.build: the only parse of the pass); which deployer serves
+it is its `aws-load-balancer-type` annotation (`nlb`, `clb`), else the cluster's default (template
+DefaultLoadBalancerType). The pass keeps the checkpoint (ccm.aws.applied) and hands the model to the deployer
+(ccm.aws.deployer), which observes, plans and applies; this module makes no AWS call itself.
 
 A Service that switches type keeps its name (`a` + UID) under the other API: after the new LB is ensured, the one
 of the other type is deleted. We look for it only when a switch is possible: the published hostname is not the
@@ -19,144 +23,134 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from botocore.exceptions import ClientError
-
 from ccm.aws import names
 from ccm.aws.applied import due_for_full_read
-from ccm.aws.errors import error_code
-from ccm.aws.lbconfig import LbType, parse_load_balancer_config
-from ccm.aws.ownership import tagged_elb_arns
-from ccm.aws.refusals import as_refusal
+from ccm.aws.deployer import LoadBalancerDeployer
+from ccm.aws.model import LoadBalancerModel, build
+from ccm.aws.ownership import Ownership
+from ccm.aws.refusals import refusals_raised
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
     ROUTINE,
     Applied,
     AppliedStore,
+    Desired,
     ImplementedElsewhere,
     Ingress,
     InvalidServiceConfig,
     KubeObject,
-    LoadBalancerDriver,
     LoadBalancerStatus,
     PassFlags,
     Publish,
     RetryError,
 )
+from ccm.contracts.cluster import Cluster
 
 log = logging.getLogger(__name__)
-_GROUP_GONE = ("InvalidSecurityGroup", "InvalidGroup.NotFound")
 
 
 class LoadBalancers:
     def __init__(
         self,
-        nlb: LoadBalancerDriver,
-        clb: LoadBalancerDriver,
-        default_type: LbType,
+        nlb: LoadBalancerDeployer,
+        clb: LoadBalancerDeployer,
+        cluster: Cluster,
         *,
         security_groups: SecurityGroups | None = None,
         applied: AppliedStore | None = None,
-        tagging: object | None = None,
+        ownership: Ownership | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`applied`: where checkpoints live (None: every pass reads AWS in full, as before checkpoints);
-        `tagging`: the Resource Groups Tagging API client a checkpointed delete asks for UID-tagged leftovers."""
-        self.drivers: dict[str, LoadBalancerDriver] = {"nlb": nlb, "clb": clb}
+        `ownership`: asked by a checkpointed delete for UID-tagged leftovers (the Resource Groups Tagging API)."""
+        self.deployers: dict[str, LoadBalancerDeployer] = {"nlb": nlb, "clb": clb}
+        self.cluster = cluster
         self.security_groups = security_groups
-        self.default_type: LbType = default_type
         self.applied = applied
-        self.tagging = tagging
+        self.ownership = ownership
         self.clock = clock
 
-    def lb_type(self, service: KubeObject) -> str:
-        return parse_load_balancer_config(service, default_lb_type=self.default_type).lb_type
+    def desire(self, service: KubeObject) -> LoadBalancerModel:
+        return build(service, self.cluster)
 
-    def _driver(self, service: KubeObject) -> LoadBalancerDriver:
-        return self.drivers[self.lb_type(service)]
+    def _model(self, desired: Desired | KubeObject) -> LoadBalancerModel:
+        """The pass's model; a plain Service (tools, tests) is built here, once."""
+        if isinstance(desired, LoadBalancerModel):
+            return desired
+        if isinstance(desired, dict):
+            return self.desire(desired)
+        raise TypeError(f"not a desired state of this provider: {type(desired).__name__}")
 
     # -- contract ---------------------------------------------------------------------------------------------
-    def get_load_balancer_name(self, service: KubeObject) -> str:
-        return self.drivers["nlb"].get_load_balancer_name(service)
-
     def get_load_balancer(self, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
+        """Under the type the Service asks for first; under both when it asks for nothing valid (a delete path)."""
+        uid = str(p.meta(service)["uid"])
         try:
-            return self._driver(service).get_load_balancer(service)
-        except InvalidServiceConfig:
-            # On the delete path the annotations may be invalid: look under both APIs.
-            for driver in self.drivers.values():
-                status, exists = driver.get_load_balancer(service)
-                if exists:
-                    return status, True
-            return None, False
+            chosen = self.desire(service).lb_type
+        except (InvalidServiceConfig, ImplementedElsewhere):
+            chosen = None
+        order = sorted(self.deployers, key=lambda t: t != chosen)
+        for lb_type in order if chosen is None else [chosen]:
+            status = self.deployers[lb_type].status_for_uid(uid)
+            if status is not None:
+                return status, True
+        return None, False
 
     def ensure_load_balancer(
         self,
-        service: KubeObject,
+        desired: Desired | KubeObject,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
         publish: Publish | None = None,
     ) -> LoadBalancerStatus:
-        chosen = self.lb_type(service)
+        model = self._model(desired).with_members(nodes)
+        chosen = model.lb_type
         if self.applied is not None:
             # Before the first write: a tombstone, a half-done delete or a checkpoint of the other type must not
             # outlive what this pass may create (a crash before the new checkpoint is stored would leave a record
             # that says "nothing there" or names only the old LB, and a later delete would trust it). Without a
             # record, a delete looks everything up by name.
-            current = self.applied.get(p.meta(service)["uid"])
+            current = self.applied.get(model.uid)
             if current is not None and (current.deleted or current.released or current.lb_type != chosen):
                 self.applied.forget(current.uid)
             switched = current is not None and not current.deleted and current.lb_type != chosen
         else:
             switched = False
-        try:
-            status = self.drivers[chosen].ensure_load_balancer(service, nodes, flags, publish)
-        except ClientError as err:
-            if self.security_groups is not None and error_code(err) in _GROUP_GONE:
-                self.security_groups.forget_node_groups()  # a cached shared group is gone: found or made again
-            # Only an answer the Service author alone can cure is "invalid" (no retry); see ccm.aws.refusals.
-            refusal = as_refusal(err)
-            if refusal is None:
-                raise
-            raise refusal from err
-        if flags.thorough or switched or _hostname_changed(service, status):
-            uid = p.meta(service)["uid"]
-            for other, driver in self.drivers.items():
-                if other != chosen and driver.load_balancer_exists_for_uid(uid):
+        forget = self.security_groups.forget_node_groups if self.security_groups is not None else _nothing
+        with refusals_raised(on_group_gone=forget):  # only the author can cure it: invalid, no retry
+            status = self.deployers[chosen].deploy(model, flags, publish)
+        if flags.thorough or switched or _hostname_changed(model.service, status):
+            for other, deployer in self.deployers.items():
+                if other != chosen and deployer.status_for_uid(model.uid) is not None:
                     # The Service switched type: the old LB goes once the new one is up; the group stays (the new
                     # LB uses it under the same name).
-                    driver.delete_for_uid(uid)
+                    deployer.delete_for_uid(model.uid)
         if self.applied is not None and status.applied is not None:
             applied = status.applied
-            if applied.verified_at > 0:  # 0: the driver wants the next pass to be full
+            if applied.verified_at > 0:  # 0: the deployer wants the next pass to be full
                 applied = replace(applied, verified_at=self.clock())
             self.applied.put(applied)
         return status
 
     # -- the checkpoint (ccm.aws.applied) ----------------------------------------------------------------------
-    def _checkpoint(self, service: KubeObject) -> tuple[LoadBalancerDriver, str, Applied] | None:
-        """The Service's checkpoint when it matches what the Service asks for now, with its driver and fingerprint."""
+    def _checkpoint(self, model: LoadBalancerModel) -> Applied | None:
+        """The Service's checkpoint when it matches what the Service asks for now."""
         if self.applied is None:
             return None
-        try:
-            lb_type = self.lb_type(service)
-            driver = self.drivers[lb_type]
-            fingerprint = driver.fingerprint(service)
-        except (InvalidServiceConfig, ImplementedElsewhere):
-            return None  # the full pass says why
-        applied = self.applied.get(p.meta(service)["uid"])
+        applied = self.applied.get(model.uid)
         if applied is None or applied.deleted or applied.released:
             return None
-        if applied.lb_type != lb_type or applied.fingerprint != fingerprint:
+        if applied.lb_type != model.lb_type or applied.fingerprint != model.fingerprint:
             return None
-        return driver, fingerprint, applied
+        return applied
 
-    def ensure_unchanged(self, service: KubeObject) -> LoadBalancerStatus | None:
-        found = self._checkpoint(service)
-        if found is None or due_for_full_read(found[2], self.clock()):
+    def ensure_unchanged(self, desired: Desired | KubeObject) -> LoadBalancerStatus | None:
+        model = self._model(desired)
+        applied = self._checkpoint(model)
+        if applied is None or due_for_full_read(applied, self.clock()):
             return None
-        driver, _, applied = found
-        hostname = driver.active_hostname(applied)
+        hostname = self.deployers[model.lb_type].active_hostname(applied)
         if hostname is None:
             log.info("%s: the load balancer of the checkpoint is gone or failed: full pass", applied.lb_id)
             return None
@@ -171,30 +165,31 @@ class LoadBalancers:
         return None if service_key is not None and applied.service_key != service_key else True
 
     def update_load_balancer(
-        self, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self, desired: Desired | KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
     ) -> None:
         """With a matching checkpoint: only the difference to the stored target set, by the stored ARNs (one call
-        per target group and direction, no read). Otherwise the driver reads and converges the targets."""
-        found = self._checkpoint(service) if flags.trust_applied else None
-        wanted = frozenset(i for i in map(p.instance_id, nodes) if i)
-        if found is not None:
-            driver, fingerprint, applied = found
+        per target group and direction, no read). Otherwise the deployer reads and converges the targets."""
+        model = self._model(desired).with_members(nodes)
+        deployer = self.deployers[model.lb_type]
+        applied = self._checkpoint(model) if flags.trust_applied else None
+        wanted = model.instances
+        if applied is not None:
             add, remove = wanted - applied.targets, applied.targets - wanted
             if not add and not remove:
                 return
             try:
-                refused = driver.apply_targets(applied, add, remove)
+                refused = deployer.apply_targets(applied, add, remove)
             except RetryError:
                 assert self.applied is not None
                 self.applied.forget(applied.uid)  # a stored id is gone: the retry reads everything
                 raise
             assert self.applied is not None
-            self.applied.put_targets(applied.uid, fingerprint, wanted - frozenset(refused))
+            self.applied.put_targets(applied.uid, model.fingerprint, wanted - frozenset(refused))
             return
-        self._driver(service).update_load_balancer(service, nodes, flags)
-        if (again := self._checkpoint(service)) is not None and self.applied is not None:
+        deployer.deploy_targets(model, flags)
+        if self._checkpoint(model) is not None and self.applied is not None:
             # The full update converged the targets: the checkpoint's set follows, or the next diff would be wrong.
-            self.applied.put_targets(again[2].uid, again[1], wanted)
+            self.applied.put_targets(model.uid, model.fingerprint, wanted)
 
     def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
         self.delete_for_uid(p.meta(service)["uid"])
@@ -213,9 +208,9 @@ class LoadBalancers:
 
     def _delete_applied(self, applied: Applied) -> bool:
         """False when something else carries the UID tag: the by-name path then deletes it too."""
-        tagged = tagged_elb_arns(self.tagging, applied.uid) if self.tagging is not None else set()
+        tagged = self.ownership.elb_arns_for_uid(applied.uid) if self.ownership is not None else set()
         if not applied.released:
-            self.drivers[applied.lb_type].delete_applied(applied, frozenset(tagged))
+            self.deployers[applied.lb_type].delete_applied(applied, frozenset(tagged))
         known = {applied.lb_id, *(arn for arn, _ in applied.target_groups)}
         # A Classic ELB is recorded by name; the tagging API answers its ARN (...:loadbalancer/<name>).
         if leftover := sorted(a for a in tagged if a not in known and a.rsplit("loadbalancer/", 1)[-1] not in known):
@@ -241,13 +236,13 @@ class LoadBalancers:
         return True
 
     def _delete_by_name(self, uid: str) -> None:
-        """Every type's LB first (each driver runs even if another must wait), then the shared group. Each driver
-        leaves an LB that is not ours in place (`Cluster.claim`), and the group stays with it."""
+        """Every type's LB first (each deployer runs even if another must wait), then the shared group. Each
+        deployer leaves an LB that is not ours in place (`Cluster.claim`), and the group stays with it."""
         waiting: RetryError | None = None
         all_gone = True
-        for driver in self.drivers.values():
+        for deployer in self.deployers.values():
             try:
-                all_gone = driver.delete_for_uid(uid) and all_gone
+                all_gone = deployer.delete_for_uid(uid) and all_gone
             except RetryError as err:
                 waiting, all_gone = waiting or err, False
         if waiting is not None:
@@ -256,7 +251,12 @@ class LoadBalancers:
             self.security_groups.delete_lb_group(names.load_balancer_name(uid), uid)
 
     def load_balancer_exists_for_uid(self, uid: str) -> bool:
-        return any(driver.load_balancer_exists_for_uid(uid) for driver in self.drivers.values())
+        """Either type (tools and tests; the controller asks `applied_for` and the tags)."""
+        return any(deployer.status_for_uid(uid) is not None for deployer in self.deployers.values())
+
+
+def _nothing() -> None:
+    return None
 
 
 def _hostname_changed(service: KubeObject, status: LoadBalancerStatus) -> bool:

@@ -116,3 +116,30 @@ def _listener(ls: m.ListenerSpec) -> dict[str, Any]:
     if ls.certificate:
         out["SSLCertificateId"] = ls.certificate
     return out
+
+
+def apply_instances_by_name(clients: AwsClients, name: str, add: frozenset[str], remove: frozenset[str]) -> list[str]:
+    """Register/deregister the difference on the LB of the checkpoint; returns the instances AWS refused. A gone LB
+    is a RetryError (the next pass reads everything)."""
+    elb = clients.client("elb")
+    try:
+        refused = register_instances(elb, clients.ec2, name, sorted(add)) if add else []
+        if remove:
+            elb.deregister_instances_from_load_balancer(
+                LoadBalancerName=name, Instances=[{"InstanceId": i} for i in sorted(remove)]
+            )
+    except ClientError as err:
+        if error_code(err) != "LoadBalancerNotFound":
+            raise
+        raise RetryError(f"{name} is gone: reading it in full", delay_seconds=1) from err
+    return refused
+
+
+def claim_and_delete(clients: AwsClients, name: str, uid: str, claimed: bool) -> None:
+    """Delete the LB (listeners, policies, health check and registrations go with it). One made by
+    cloud-provider-aws and never reconciled here gets our UID tag first: IAM deletes only UID-tagged LBs and lets us
+    add that tag to a cluster-tagged LB without one (template: AdoptClusterLoadBalancers)."""
+    elb = clients.client("elb")
+    if not claimed:
+        elb.add_tags(LoadBalancerNames=[name], Tags=[{"Key": names.SERVICE_UID_TAG, "Value": uid}])
+    elb.delete_load_balancer(LoadBalancerName=name)

@@ -9,7 +9,7 @@ is deleted; everything else is modified in place. An unchanged Service plans no 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ccm.aws import names
@@ -205,6 +205,12 @@ def desired_nlb(
         attributes=lb_attributes(config),
         ip_address_type=config.ip_address_type,
     )
+
+
+def with_targets(spec: NLBSpec, targets: frozenset[str]) -> NLBSpec:
+    """Pure: the same NLB with `targets` in every target group (the model's targets are set per pass)."""
+    listeners = tuple(replace(ls, target_group=replace(ls.target_group, targets=targets)) for ls in spec.listeners)
+    return replace(spec, listeners=listeners)
 
 
 def lb_attributes(config: LoadBalancerConfig) -> tuple[tuple[str, str], ...]:

@@ -15,6 +15,7 @@ from ccm.aws import names
 from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
+from ccm.aws.ownership import nlb_tags
 from ccm.contracts.cloud import PassFlags
 
 
@@ -106,3 +107,27 @@ def observe(
         target_health=health,
         target_group_attributes=tg_attributes,
     )
+
+
+def active_hostname(clients: AwsClients, lb_arn: str) -> str | None:
+    """One read by ARN: the NLB's DNS name while it exists and has not failed, else None."""
+    try:
+        found = clients.elbv2.describe_load_balancers(LoadBalancerArns=[lb_arn])["LoadBalancers"]
+    except ClientError as err:
+        if error_code(err) == "LoadBalancerNotFound":
+            return None
+        raise
+    if not found or (found[0].get("State") or {}).get("Code") == "failed":
+        return None
+    return str(found[0]["DNSName"])
+
+
+def subnet_cidrs(clients: AwsClients, subnet_ids: list[str]) -> dict[str, str]:
+    """Subnet CIDRs by id (for placing private IPs), one DescribeSubnets."""
+    found = clients.ec2.describe_subnets(SubnetIds=subnet_ids)["Subnets"]
+    return {s["SubnetId"]: s["CidrBlock"] for s in found}
+
+
+def lb_tags(clients: AwsClients, lb_arn: str) -> dict[str, str] | None:
+    """The NLB's tags (one DescribeTags), None when it no longer exists."""
+    return nlb_tags(clients.elbv2, lb_arn)

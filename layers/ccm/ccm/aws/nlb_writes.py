@@ -146,3 +146,37 @@ def delete_target_group(clients: AwsClients, arn: str) -> None:
             # The LB or listener that used it is still being deleted: ask the queue to come back.
             raise RetryError(f"target group {arn} still in use", delay_seconds=10) from err
         raise
+
+
+def delete_lb(clients: AwsClients, lb_arn: str) -> None:
+    """The NLB; its listeners go with it. Gone already is done."""
+    try:
+        clients.elbv2.delete_load_balancer(LoadBalancerArn=lb_arn)
+    except ClientError as err:
+        if error_code(err) != "LoadBalancerNotFound":
+            raise
+
+
+def set_security_groups(clients: AwsClients, lb_arn: str, group_ids: list[str]) -> None:
+    clients.elbv2.set_security_groups(LoadBalancerArn=lb_arn, SecurityGroups=list(group_ids))
+
+
+def apply_targets_by_arn(
+    clients: AwsClients, target_groups: tuple[tuple[str, int], ...], add: frozenset[str], remove: frozenset[str]
+) -> list[str]:
+    """Register/deregister the difference by stored target-group ARNs; returns the instances AWS refused. A gone
+    target group is a RetryError (the next pass reads everything)."""
+    refused: set[str] = set()
+    try:
+        for arn, port in target_groups:
+            if add:
+                refused.update(register_targets(clients.elbv2, clients.ec2, arn, port, sorted(add)))
+            if remove:
+                clients.elbv2.deregister_targets(
+                    TargetGroupArn=arn, Targets=[{"Id": i, "Port": port} for i in sorted(remove)]
+                )
+    except ClientError as err:
+        if error_code(err) != "TargetGroupNotFound":
+            raise
+        raise RetryError("a target group of the checkpoint is gone: reading it in full", delay_seconds=1) from err
+    return sorted(refused)

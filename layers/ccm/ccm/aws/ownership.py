@@ -62,6 +62,10 @@ class Ownership:
         )["SecurityGroups"]
         return found + [_tag_dict(g.get("Tags")) for g in groups]
 
+    def elb_arns_for_uid(self, uid: str) -> set[str]:
+        """Every load balancer (either API) and target group carrying the UID tag (`tagged_elb_arns`)."""
+        return tagged_elb_arns(self.clients.tagging, uid)
+
     def _nlb_tags(self, name: str) -> dict[str, str] | None:
         try:
             lbs = self.clients.elbv2.describe_load_balancers(Names=[name])["LoadBalancers"]

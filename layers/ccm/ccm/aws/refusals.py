@@ -38,6 +38,8 @@ arrive from those reads, not from a half-done creation.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 from typing import Final
 
@@ -83,3 +85,22 @@ def as_refusal(err: ClientError) -> InvalidServiceConfig | None:
         return None
     message = error_message(err) or str(err)
     return InvalidServiceConfig(f"AWS refused the configuration ({code}): {message}")
+
+
+GROUP_GONE: Final = ("InvalidSecurityGroup", "InvalidGroup.NotFound")
+
+
+@contextmanager
+def refusals_raised(on_group_gone: Callable[[], None]) -> Iterator[None]:
+    """Around a deploy: an AWS answer only the author can cure becomes InvalidServiceConfig (no retry), every other
+    one passes on (retried). `on_group_gone` runs when a security group the deploy used is gone (a cached shared
+    group: it is found or made again by the retry)."""
+    try:
+        yield
+    except ClientError as err:
+        if error_code(err) in GROUP_GONE:
+            on_group_gone()
+        refusal = as_refusal(err)
+        if refusal is None:
+            raise
+        raise refusal from err

@@ -4,10 +4,9 @@ Controllers depend only on these protocols; AWS drivers (ccm.aws.*) implement th
 passed as plain JSON dicts (exactly what the API server returned, ccm.contracts.kube) and must be treated as
 read-only.
 
-Load balancers come in two layers: `LoadBalancer` is what the service controller calls (upstream's interface plus
-the by-UID calls a Service that is gone needs; ccm.aws.balancers.LoadBalancers picks the type), `LoadBalancerDriver`
-is one type's driver behind it (ccm.aws.nlb, ccm.aws.clb). Both take the pass's `PassFlags` as an argument on
-every call that reads AWS state: nothing per-record is stored on a driver that several records share.
+The load balancer is stated once (`LoadBalancer`, after cloud.go's): what the service controller calls. Each type's
+deployer behind it is the provider's business (ccm.aws.deployer). Every call that reads AWS state takes the pass's
+`PassFlags` as an argument: nothing per-record is stored on a provider that several records share.
 
 Also here: the ownership tags every resource made for a Service carries (what a controller reads in the answer of
 `OwnershipReader`), and `CloudClients`, what a runtime shares with its drivers (its queues and the per-record
@@ -178,90 +177,66 @@ class CloudStateError(RuntimeError):
     retries every failed sync; raised before the first write, so nothing was changed."""
 
 
+class Desired(Protocol):
+    """One pass's desired state of a Service's load balancer, built once by `LoadBalancer.desire` (pure: the
+    Service's annotations and spec are read there and nowhere else in the pass; ccm.aws.model.LoadBalancerModel).
+    Every later call of the pass takes it, so nothing parses the Service again."""
+
+    @property
+    def service(self) -> KubeObject: ...
+
+    @property
+    def uid(self) -> str: ...
+
+
 class LoadBalancer(Protocol):
-    """What the service controller calls (ccm.aws.balancers.LoadBalancers: the type of the Service's LB chosen by its
-    annotations; the by-UID calls serve Services that are gone or re-created under the same name)."""
+    """What the service controller calls: upstream cloud.go's LoadBalancer (get, ensure, update, ensure deleted),
+    with the desired state built once per pass (`desire`), the checkpoint's one-read answer (`ensure_unchanged`)
+    and the two by-UID calls a Service that is gone or was re-created under its name needs. The provider behind it
+    (ccm.aws.balancers.LoadBalancers) picks the type and its deployers; no cluster name is passed: the provider
+    was built for one cluster (ccm.contracts.cluster.Cluster)."""
+
+    def desire(self, service: KubeObject) -> Desired:
+        """Pure: the Service's desired load balancer; raises ImplementedElsewhere or InvalidServiceConfig."""
+        ...
 
     def get_load_balancer(self, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]:
-        """Status and existence of the LB this controller created for the service."""
+        """Status and existence of the LB this controller created for the service (either type)."""
+        ...
 
-    def get_load_balancer_name(self, service: KubeObject) -> str: ...
+    def ensure_unchanged(self, desired: Desired) -> LoadBalancerStatus | None:
+        """What was applied still stands (the checkpoint matches the desired spec, is not due for a full read, and
+        the LB is there: one AWS read): its status. None: a full ensure is needed."""
+        ...
 
     def ensure_load_balancer(
         self,
-        service: KubeObject,
+        desired: Desired,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
         publish: Publish | None = None,
     ) -> LoadBalancerStatus:
-        """Create or converge the LB; raises ImplementedElsewhere, RetryError or InvalidServiceConfig. `publish`
-        is called with the status as soon as a new LB has its DNS name, before the rest of it is made."""
+        """Create or converge the LB; raises RetryError, InvalidServiceConfig or CloudStateError. `publish` is
+        called with the status as soon as a new LB has its DNS name, before the rest of it is made."""
+        ...
 
-    def update_load_balancer(
-        self, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
-    ) -> None:
+    def update_load_balancer(self, desired: Desired, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE) -> None:
         """Converge only the backends (targets) to the given member nodes."""
+        ...
 
     def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
-        """Delete everything made for the service; idempotent; never raises ImplementedElsewhere."""
+        """Delete everything made for the service (whatever its annotations say now); idempotent."""
+        ...
 
     def delete_for_uid(self, uid: str) -> None:
         """Delete the LB of a UID whose Service is gone (or was replaced under the same name), of any type."""
-
-    def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
-
-    def ensure_unchanged(self, service: KubeObject) -> LoadBalancerStatus | None:
-        """What was applied still stands (the checkpoint matches the desired spec, is not due for a full read, and
-        the LB is there: one AWS read): its status. None: a full ensure is needed."""
+        ...
 
     def applied_for(self, uid: str, service_key: str | None = None) -> bool | None:
         """True: this controller applied an LB for the UID (for the Service `service_key`, when given) and did not
         delete it; False: it deleted everything (a tombstone); None: no record (never, made before checkpoints
         existed, or for another key: a message naming a UID under another Service's key is a forgery or a mistake):
         look at AWS."""
-
-
-class LoadBalancerDriver(Protocol):
-    """One load balancer type (ccm.aws.nlb.NetworkLoadBalancers, ccm.aws.clb.ClassicLoadBalancers)."""
-
-    def get_load_balancer(self, service: KubeObject) -> tuple[LoadBalancerStatus | None, bool]: ...
-    def get_load_balancer_name(self, service: KubeObject) -> str: ...
-    def ensure_load_balancer(
-        self,
-        service: KubeObject,
-        nodes: Sequence[KubeObject],
-        flags: PassFlags = ROUTINE,
-        publish: Publish | None = None,
-    ) -> LoadBalancerStatus: ...
-    def update_load_balancer(
-        self, service: KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
-    ) -> None: ...
-    def ensure_load_balancer_deleted(self, service: KubeObject) -> None: ...
-    def delete_for_uid(self, uid: str) -> bool:
-        """Delete this type's LB of the UID and what only it uses, never the shared security group; True when no
-        LB of this type is left under that name (False: one was left in place, not ours: `Cluster.claim`)."""
-        ...
-
-    def load_balancer_exists_for_uid(self, uid: str) -> bool: ...
-
-    # -- the checkpoint (`Applied`): LoadBalancers reads and stores it; the driver knows what it means -------------
-    def fingerprint(self, service: KubeObject) -> str:
-        """Of the desired state without targets (pure; raises InvalidServiceConfig)."""
-        ...
-
-    def active_hostname(self, applied: Applied) -> str | None:
-        """One read: the LB's DNS name while it exists and is usable, else None."""
-        ...
-
-    def apply_targets(self, applied: Applied, add: frozenset[str], remove: frozenset[str]) -> list[str]:
-        """Register/deregister only the difference, by the stored ids (one call per target group and direction);
-        returns the instances AWS refused. Raises RetryError when a stored id is gone (a full pass follows)."""
-        ...
-
-    def delete_applied(self, applied: Applied, confirmed: frozenset[str]) -> None:
-        """Delete the LB and its target groups by the stored ids; RetryError while AWS holds one. `confirmed`: ARNs
-        the tagging API just listed with our UID tag; any other id is read first, because IAM judges a delete by
-        the resource's tags and a resource that is gone has none (AccessDenied, not NotFound)."""
         ...
 
 

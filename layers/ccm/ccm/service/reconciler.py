@@ -14,6 +14,7 @@ from typing import Any
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
     ROUTINE,
+    Desired,
     HostnamePublished,
     ImplementedElsewhere,
     InvalidServiceConfig,
@@ -137,9 +138,14 @@ class ServiceReconciler:
 
     # -- ENSURE path ----------------------------------------------------------------------------------------------
     def _ensure(self, svc: KubeObject, outcome: Outcome, flags: PassFlags, quiet: bool, register: bool) -> None:
+        desired: Desired | None = None
         if flags.trust_applied and p.has_finalizer(svc):
             # What was applied still stands (one AWS read): nothing changed, so nothing is said or registered.
-            unchanged = self.balancer.ensure_unchanged(svc)
+            try:
+                desired = self.balancer.desire(svc)  # the pass's one parse of the Service
+            except (InvalidServiceConfig, ImplementedElsewhere):
+                desired = None  # the full pass below says why, where it always did
+            unchanged = None if desired is None else self.balancer.ensure_unchanged(desired)
             if unchanged is not None:
                 self._write_status(svc, unchanged.to_api().get("ingress", []), outcome)
                 return
@@ -150,6 +156,11 @@ class ServiceReconciler:
         if not p.has_finalizer(svc):
             # Before any cloud call: a delete racing the creation must find the finalizer and clean up.
             svc = self.kube.set_finalizers(svc, [*(p.meta(svc).get("finalizers") or []), p.FINALIZER])
+        try:
+            # Before the members are read: an invalid annotation (a node selector among them) is said alone.
+            desired = desired or self.balancer.desire(svc)
+        except ImplementedElsewhere:
+            return
         # Register before reading the members: a node change after this point finds the Service registered and
         # sends it a host update; one before it is in the table when we read (the updater tells again after
         # storing). Registering after the ensure left targets stale when a node left in between (chaos test).
@@ -169,7 +180,7 @@ class ServiceReconciler:
             self._write_status(svc, published[-1], outcome)
 
         try:
-            status = self.balancer.ensure_load_balancer(svc, nodes, flags, publish)
+            status = self.balancer.ensure_load_balancer(desired, nodes, flags, publish)
         except ImplementedElsewhere:
             return
         except HostnamePublished:
@@ -201,7 +212,7 @@ class ServiceReconciler:
                 svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
             )
         try:
-            self.balancer.update_load_balancer(svc, nodes, flags)
+            self.balancer.update_load_balancer(self.balancer.desire(svc), nodes, flags)
         except ImplementedElsewhere:
             return
         except (InvalidServiceConfig, RetryError):

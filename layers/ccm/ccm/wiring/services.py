@@ -28,14 +28,16 @@ def build_service_runtime(
     """`table`: the cluster table (membership and checkpoints); None: LIST the nodes and read AWS in full."""
     cluster = settings.cluster  # built once: every driver and the reconciler get this one value
     groups = SecurityGroups(clients, cluster, settings.any_annotation_security_group)
+    ownership = Ownership(clients, cluster)
+    # The deployers (each type's and the security groups') hold the clients; the pass (LoadBalancers) holds none.
     balancer = LoadBalancers(
         NetworkLoadBalancers(clients, cluster, groups),
         ClassicLoadBalancers(clients, cluster, groups),
-        cluster.default_lb_type,
+        cluster,
         security_groups=groups,
         # Checkpoints live in the membership table; without one every pass reads AWS in full.
         applied=AppliedTable(table) if table is not None else None,
-        tagging=clients.tagging,
+        ownership=ownership,
     )
     reconciler = ServiceReconciler(
         kube,
@@ -43,7 +45,7 @@ def build_service_runtime(
         balancer,
         MemberNodes(kube, MembershipTable(table) if table is not None else None),
         cluster,
-        ownership=Ownership(clients, cluster),
+        ownership=ownership,
     )
     return ServiceRuntime(settings, clients, reconciler, balancer)
 
