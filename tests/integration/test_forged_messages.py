@@ -3,7 +3,7 @@
 
 A queue sender can write any body. Whatever it names, a delete happens only when the Kubernetes API confirms it
 (no live Service with that UID, or the live one is not ours) AND the load balancer's own tags name that
-namespace/name and UID (ccm.service.hints). Driven through the real handler, emulator over HTTP, in-process moto.
+namespace/name and UID (ccm.service.decisions). Driven through the real handler, emulator over HTTP, in-process moto.
 """
 
 from __future__ import annotations

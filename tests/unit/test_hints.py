@@ -1,4 +1,4 @@
-"""Which deletes a message may cause (ccm.service.hints) and how long a HOSTS message may wait
+"""Which deletes a message may cause (ccm.service.decisions) and how long a HOSTS message may wait
 (ccm.contracts.messages)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from ccm.aws import names
 from ccm.contracts.messages import Delta, InvalidDelta, hosts_delay, parse_delta
-from ccm.service.hints import hint_delete_refusal, leave_to_other_controller
+from ccm.service.decisions import hint_delete_refusal, leave_to_other_controller
 
 UID = "6f1e3c2a-0000-4000-8000-00000000abcd"
 

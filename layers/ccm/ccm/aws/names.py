@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-# The ownership tag keys are part of the contracts: the service controller reads them too (ccm.service.hints).
+# The ownership tag keys are part of the contracts: the service controller reads them too (ccm.service.decisions).
 from ccm.contracts.cloud import SERVICE_NAME_TAG as SERVICE_NAME_TAG
 from ccm.contracts.cloud import SERVICE_UID_TAG as SERVICE_UID_TAG
 from ccm.contracts.cluster import CLUSTER_TAG_PREFIX as CLUSTER_TAG_PREFIX

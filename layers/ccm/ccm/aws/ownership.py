@@ -1,7 +1,7 @@
 """Whose are the resources named for a Service UID: the tags of its load balancer (NLB and Classic ELB share the
 name `a<uid>[:32]`) and of its managed security group. Read before any delete a message asked for
-(`ccm.service.hints`); 3-4 reads, only on those deletes. Both drivers also ask `Cluster.claim` (ccm.contracts.cluster)
-before deleting their load balancer, whoever asked for the delete."""
+(`ccm.service.decisions`); 3-4 reads, only on those deletes. Both deployers also ask `Cluster.claim`
+(ccm.contracts.cluster) before deleting their load balancer, whoever asked for the delete."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ ROUTINE = PassFlags()  # a first attempt of an ADDED/MODIFIED delta
 
 # The ownership tags (cloud-provider-aws's service-name tag, plus ours for the UID) on every resource made for a
 # Service: the drivers write them (ccm.aws.names.resource_tags), the service controller reads them in what
-# `OwnershipReader.tags_for_uid` answers before a delete on a hint (ccm.service.hints).
+# `OwnershipReader.tags_for_uid` answers before a delete on a hint (ccm.service.decisions).
 SERVICE_NAME_TAG: Final = "kubernetes.io/service-name"
 SERVICE_UID_TAG: Final = "serverless-ccm/service-uid"
 

@@ -11,6 +11,14 @@
 | HOSTS hint (member nodes changed), LB in place    | UPDATE_HOSTS (UpdateLoadBalancer)        |
 | otherwise                                         | ENSURE                                   |
 
+A delete the table decides (DELETE, CLEANUP_FOREIGN, DELETE_GONE, an earlier UID's) happens only when the AWS side
+confirms it too, in this module as well (`confirm_delete`, `hint_delete_refusal`): every resource named for that UID
+must carry our tags naming exactly that `namespace/name` and that UID. A load balancer name keeps only 31
+characters of the UID and a message can name any key, so without this a forged `DELETED` (the victim's UID under
+another key) or a UID-change hint (a UID differing from the victim's in its last character) deleted a live
+Service's load balancer. (What each driver, the sweeper and the teardown ask last, before their own deletes, is the
+one ownership rule `Cluster.claim`: this cluster's tag and our UID tag.)
+
 We keep no memory between reconciles: "was known" and "the last UID processed" come from the delta (the hint),
 so a re-created Service (new UID) gets its predecessor's LB deleted first, and a Service that stopped being a
 LoadBalancer while we were down is still cleaned up (its finalizer is on the live object).
@@ -19,9 +27,11 @@ LoadBalancer while we were down is still cleaned up (its finalizer is on the liv
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ccm.contracts import kube as p
+from ccm.contracts.cloud import SERVICE_NAME_TAG, SERVICE_UID_TAG
 from ccm.contracts.messages import Delta
 
 KubeObject = p.KubeObject
@@ -69,6 +79,56 @@ def decide(delta: Delta, live: KubeObject | None, our_class: str, claim_unclasse
     if delta.type == "HOSTS" and p.has_finalizer(live) and not previous:
         return Decision(Action.UPDATE_HOSTS, reason="member nodes changed")
     return Decision(Action.ENSURE, previous, "wants a load balancer")
+
+
+# -- the AWS side of a delete (pure): what the resources named for the UID say ------------------------------------
+@dataclass(frozen=True, slots=True)
+class DeleteVerdict:
+    action: Action  # the decided action, or NOTHING when what exists is another controller's
+    refusal: str | None = None  # set: never ours to delete; nothing is deleted and the finalizer stays
+
+
+def confirm_delete(
+    action: Action, key: str, uid: str, found: Sequence[Mapping[str, str]], *, shared_finalizer: bool
+) -> DeleteVerdict:
+    """The table's DELETE or CLEANUP_FOREIGN of the live Service `key` (UID `uid`), confirmed by the tags of every
+    resource named for the UID (`found`). `shared_finalizer`: the cleanup finalizer is also the built-in service
+    controller's (a class-less Service we do not claim)."""
+    if action is Action.CLEANUP_FOREIGN and leave_to_other_controller(found, key, uid, shared_finalizer):
+        return DeleteVerdict(Action.NOTHING)
+    return DeleteVerdict(action, hint_delete_refusal(key, uid, found, untagged_uid_ok=True))
+
+
+def hint_delete_refusal(
+    key: str, uid: str, found: Sequence[Mapping[str, str]], *, untagged_uid_ok: bool = False
+) -> str | None:
+    """None when the resources named for `uid` (their tags, `found`) may be deleted on a hint about `key`;
+    otherwise why not. Nothing found: nothing of another Service can be hit (target groups are found by the exact
+    UID tag), so the leftovers of `uid` may be cleaned up. `untagged_uid_ok`: the live Service itself is being
+    deleted by us, so a resource without a UID tag (naming its key, or no Service at all: cloud-provider-aws tags
+    its security groups with the cluster only) is cloud-provider-aws's for this very Service: the name carries
+    the UID."""
+    for tags in found:
+        owner_uid, owner_key = tags.get(SERVICE_UID_TAG), tags.get(SERVICE_NAME_TAG)
+        if owner_uid is None and untagged_uid_ok and owner_key in (None, key):  # upstream tags its groups so
+            continue
+        if owner_uid == uid and untagged_uid_ok and owner_key is None:  # such a group we claimed while deleting
+            continue
+        if owner_uid != uid:
+            return f"the load balancer named for UID {uid} is tagged for UID {owner_uid or '<none>'}"
+        if owner_key != key:
+            return f"the load balancer of UID {uid} is tagged for Service {owner_key or '<none>'}, not {key}"
+    return None
+
+
+def leave_to_other_controller(found: Sequence[Mapping[str, str]], key: str, uid: str, shared_finalizer: bool) -> bool:
+    """A Service another controller implements still carries the cleanup finalizer. It is ours to clean only when
+    what exists is ours; the finalizer is also the built-in service controller's (a class-less Service we do not
+    claim, `shared_finalizer`): with nothing of ours it is theirs, and their load balancer is never ours to delete.
+    """
+    if hint_delete_refusal(key, uid, found) is not None:
+        return True
+    return not found and shared_finalizer
 
 
 def ingress_equal(current: list[dict[str, object]] | None, desired: list[dict[str, object]] | None) -> bool:

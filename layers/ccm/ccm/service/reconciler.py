@@ -29,8 +29,7 @@ from ccm.contracts.cluster import Cluster
 from ccm.contracts.kube import KubeServices, Members
 from ccm.contracts.messages import Delta
 from ccm.retry import CONTINUATION_DELAY_SECONDS
-from ccm.service.decisions import Action, decide, ingress_equal
-from ccm.service.hints import hint_delete_refusal, leave_to_other_controller
+from ccm.service.decisions import Action, confirm_delete, decide, hint_delete_refusal, ingress_equal
 
 log = logging.getLogger(__name__)
 
@@ -237,13 +236,11 @@ class ServiceReconciler:
                 self.balancer.ensure_load_balancer_deleted(svc)
             self._finish_delete(svc, outcome, write_status)
             return
-        found = self.ownership.tags_for_uid(uid)
-        if not write_status:  # CLEANUP_FOREIGN
-            shared = not p.spec(svc).get("loadBalancerClass") and not self.cluster.claim_unclassed
-            if leave_to_other_controller(found, key, uid, shared):
-                outcome.action = Action.NOTHING
-                return
-        refusal = hint_delete_refusal(key, uid, found, untagged_uid_ok=True)
+        shared = not p.spec(svc).get("loadBalancerClass") and not self.cluster.claim_unclassed
+        verdict = confirm_delete(outcome.action, key, uid, self.ownership.tags_for_uid(uid), shared_finalizer=shared)
+        outcome.action, refusal = verdict.action, verdict.refusal
+        if outcome.action is Action.NOTHING:
+            return  # what exists is the other controller's: its finalizer, its load balancer
         if refusal is not None:
             # Never ours to delete (a load balancer of another Service under this name): the finalizer stays.
             outcome.refused.append(refusal)
@@ -275,8 +272,8 @@ class ServiceReconciler:
 
     def _delete_on_hint(self, key: str, uid: str, live: KubeObject | None, outcome: Outcome) -> None:
         """The API confirmed that no live Service has `uid` (decide); the resources must say they are that
-        Service's (ccm.service.hints), else nothing is deleted: a message is a hint, never an order. Our own
-        record of what we applied for the UID under this very key is such a proof (and a tombstone says there is
+        Service's (decisions.hint_delete_refusal), else nothing is deleted: a message is a hint, never an order. Our
+        own record of what we applied for the UID under this very key is such a proof (and a tombstone says there is
         nothing left); a record under another key proves nothing, and the tags decide."""
         applied = self.balancer.applied_for(uid, key)
         if applied is False:
