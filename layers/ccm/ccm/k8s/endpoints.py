@@ -30,11 +30,11 @@ def label_selector(labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def _list_all(api: KubeRest, path: str, selector: str) -> list[KubeObject]:
+def _list_all(api: KubeRest, path: str, selector: str, page_size: int = PAGE_SIZE) -> list[KubeObject]:
     items: list[KubeObject] = []
     token: str | None = None
     while True:
-        query: dict[str, str | int] = {"labelSelector": selector, "limit": PAGE_SIZE}
+        query: dict[str, str | int] = {"labelSelector": selector, "limit": page_size}
         if token:
             query["continue"] = token
         page = api.get(path, query)
@@ -48,10 +48,11 @@ class EndpointReads:
     """Mixed into ccm.k8s.kube.Kube; needs only `api`."""
 
     api: KubeRest
+    page_size: int = PAGE_SIZE
 
     def list_endpoint_slices(self, namespace: str, service_name: str) -> list[KubeObject]:
         path = f"/apis/discovery.k8s.io/v1/namespaces/{quote(namespace)}/endpointslices"
-        return _list_all(self.api, path, f"{SERVICE_NAME_LABEL}={service_name}")
+        return _list_all(self.api, path, f"{SERVICE_NAME_LABEL}={service_name}", self.page_size)
 
     def pods_by_name(
         self, namespace: str, names: Collection[str], selector: Mapping[str, str] | None = None
@@ -60,7 +61,8 @@ class EndpointReads:
         if not wanted:
             return {}
         if selector and len(wanted) > GET_MAX:
-            pods = _list_all(self.api, f"/api/v1/namespaces/{quote(namespace)}/pods", label_selector(selector))
+            path = f"/api/v1/namespaces/{quote(namespace)}/pods"
+            pods = _list_all(self.api, path, label_selector(selector), self.page_size)
             return {p["metadata"]["name"]: p for p in pods if p["metadata"]["name"] in wanted}
         found: dict[str, KubeObject] = {}
         for name in sorted(wanted):
@@ -73,10 +75,13 @@ class EndpointReads:
 
     def patch_pod_condition(self, namespace: str, name: str, uid: str, condition: dict[str, str]) -> KubeObject | None:
         """A strategic merge patch of pods/status: PodStatus.conditions has patchStrategy merge, patchMergeKey
-        type (k8s.io/api core/v1 types.go), so only our condition is replaced and the kubelet's stay. The pod's UID
+        type (k8s.io/api core/v1 types.go), so only our condition changes and the kubelet's stay. The pod's UID
         rides in the patch as the LBC does (`buildPodConditionPatch`): the server refuses a different UID as an
         immutable field (422), so a pod re-created under the name is never written."""
-        body: dict[str, object] = {"status": {"conditions": [condition]}}
+        # Merged by type means merged field by field: a reason or message left out would stay from the last write
+        # (a True condition still saying Elb.InitialHealthChecking); null deletes it.
+        sent: dict[str, str | None] = {"reason": None, "message": None, **condition}
+        body: dict[str, object] = {"status": {"conditions": [sent]}}
         if uid:
             body["metadata"] = {"uid": uid}
         try:
