@@ -33,9 +33,7 @@ def pods(count: int, start: int = 0) -> set[IpTarget]:
 def registered(world: World, tg: str) -> set[IpTarget]:
     described = world.clients.elbv2.describe_target_health(TargetGroupArn=tg)["TargetHealthDescriptions"]
     return {
-        IpTarget(d["Target"]["Id"], d["Target"]["Port"])
-        for d in described
-        if d["TargetHealth"]["State"] != "draining"
+        IpTarget(d["Target"]["Id"], d["Target"]["Port"]) for d in described if d["TargetHealth"]["State"] != "draining"
     }
 
 
@@ -88,7 +86,9 @@ def test_an_address_outside_the_vpcs_subnets_is_skipped_with_a_reason_the_rest_r
     outside = IpTarget("10.0.7.9", 8080)  # inside the VPC's CIDR block, in no subnet (LBC #3714)
     # AWS refuses the whole call for that one address: why the plan leaves it out.
     with pytest.raises(ClientError) as err:
-        world.clients.elbv2.register_targets(TargetGroupArn=tg, Targets=[{"Id": "10.0.0.10", "Port": 8080}, {"Id": outside.ip, "Port": 8080}])
+        world.clients.elbv2.register_targets(
+            TargetGroupArn=tg, Targets=[{"Id": "10.0.0.10", "Port": 8080}, {"Id": outside.ip, "Port": 8080}]
+        )
     assert err.value.response["Error"]["Code"] == "ValidationError"
     registrar = IpTargetRegistrar(world.clients)
     before = world.clients.counter.snapshot()
@@ -107,7 +107,9 @@ def test_an_address_outside_the_vpcs_subnets_is_skipped_with_a_reason_the_rest_r
     assert registered(world, tg) == pods(3) | {outside}
 
 
-def test_more_endpoints_than_the_quota_register_the_first_in_order(world: World, faithful_aws: aws_faithful.FaithfulSettings) -> None:
+def test_more_endpoints_than_the_quota_register_the_first_in_order(
+    world: World, faithful_aws: aws_faithful.FaithfulSettings
+) -> None:
     faithful_aws.max_targets_per_target_group = 30  # AWS's 1,000, scaled down (the devstack enforces the setting)
     tg = ip_group(world)
     registrar = IpTargetRegistrar(world.clients, quota=30)

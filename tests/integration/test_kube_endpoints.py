@@ -104,7 +104,12 @@ def test_the_gate_condition_merges_by_type_and_keeps_the_kubelets(emulator: Emul
         }
     }
     kube.api.patch("/api/v1/namespaces/default/pods/web-0/status", kubelet)
-    initial = {"type": GATE, "status": "False", "reason": "Elb.InitialHealthChecking", "lastTransitionTime": "2026-08-01T12:00:00Z"}
+    initial = {
+        "type": GATE,
+        "status": "False",
+        "reason": "Elb.InitialHealthChecking",
+        "lastTransitionTime": "2026-08-01T12:00:00Z",
+    }
     written = kube.patch_pod_condition("default", "web-0", uid, initial)
     assert written is not None
     assert sorted((c["type"], c["status"]) for c in written["status"]["conditions"]) == [

@@ -34,11 +34,11 @@ def t(last: int, port: int = 8080, net: str = "10.0.0") -> IpTarget:
 
 
 def test_subnet_ranges_are_the_ipv4_cidrs_and_the_associated_ipv6_blocks() -> None:
-    assert NETWORKS == (
+    assert (
         ipaddress.ip_network("10.0.0.0/24"),
         ipaddress.ip_network("10.0.1.0/24"),
         ipaddress.ip_network("2600:1f18:1::/64"),
-    )
+    ) == NETWORKS
 
 
 def test_unchanged_sets_plan_no_call() -> None:
@@ -76,7 +76,13 @@ def test_the_same_ip_on_another_port_is_another_target() -> None:
 
 
 def test_addresses_outside_the_vpcs_subnets_are_refused_and_the_rest_registered() -> None:
-    desired = {t(10), t(5, net="10.0.2"), t(7, net="192.168.0"), IpTarget("2600:1f18:1::7", 80), IpTarget("2600:1f18:2::7", 80)}
+    desired = {
+        t(10),
+        t(5, net="10.0.2"),
+        t(7, net="192.168.0"),
+        IpTarget("2600:1f18:1::7", 80),
+        IpTarget("2600:1f18:2::7", 80),
+    }
     plan = plan_ip_targets(desired, {}, networks=NETWORKS)
     assert plan.register == (t(10), IpTarget("2600:1f18:1::7", 80))
     assert [(r.target.ip, r.reason) for r in plan.refused] == [

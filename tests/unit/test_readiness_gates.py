@@ -4,6 +4,7 @@ nothing is written, and when a re-check is scheduled."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from ccm.contracts.endpoints import DesiredTargets, IpTarget, ServicePortKey
@@ -29,7 +30,7 @@ def pod(name: str, *, gates: tuple[str, ...] = (GATE,), conditions: list[dict[st
     }
 
 
-def desired(pods: dict[str, set[tuple[ServicePortKey, IpTarget]]], pending: set[str] = frozenset()) -> DesiredTargets:  # type: ignore[assignment]
+def desired(pods: dict[str, set[tuple[ServicePortKey, IpTarget]]], pending: Iterable[str] = ()) -> DesiredTargets:
     by_port: dict[ServicePortKey, set[IpTarget]] = {}
     for targets in pods.values():
         for key, target in targets:
@@ -102,7 +103,12 @@ def test_an_unchanged_condition_is_not_written_and_a_reason_change_keeps_the_tra
         now=NOW,
     )
     assert plan.writes == () and plan.recheck_after_seconds is None
-    was_initial = {"type": GATE, "status": "False", "reason": "Elb.RegistrationInProgress", "lastTransitionTime": EARLIER}
+    was_initial = {
+        "type": GATE,
+        "status": "False",
+        "reason": "Elb.RegistrationInProgress",
+        "lastTransitionTime": EARLIER,
+    }
     plan = plan_gates(
         "web",
         [pod("a", conditions=[was_initial])],
@@ -131,9 +137,7 @@ def test_pods_without_our_gate_or_being_deleted_are_left_alone() -> None:
 
 def test_an_unregistered_pod_gets_no_write_but_a_stale_true_is_taken_back() -> None:
     stale = [{"type": GATE, "status": "True", "lastTransitionTime": EARLIER}, {"type": "Ready", "status": "False"}]
-    plan = plan_gates(
-        "web", [pod("new"), pod("back", conditions=stale)], desired({}), {}, interval_seconds=10, now=NOW
-    )
+    plan = plan_gates("web", [pod("new"), pod("back", conditions=stale)], desired({}), {}, interval_seconds=10, now=NOW)
     assert [(w.pod, w.condition["status"], w.condition["reason"]) for w in plan.writes] == [
         ("back", "False", "Target.NotRegistered")
     ]
@@ -146,13 +150,21 @@ def test_a_pending_pod_that_is_not_ready_asks_for_a_recheck() -> None:
     plan = plan_gates("web", [pod("starting")], desired({}, {"starting"}), {}, interval_seconds=10, now=NOW)
     assert plan.writes == () and plan.recheck_after_seconds == 10
     ready = pod("starting", conditions=[{"type": "Ready", "status": "True"}])
-    assert plan_gates("web", [ready], desired({}, {"starting"}), {}, interval_seconds=10, now=NOW).recheck_after_seconds is None
+    assert (
+        plan_gates("web", [ready], desired({}, {"starting"}), {}, interval_seconds=10, now=NOW).recheck_after_seconds
+        is None
+    )
 
 
 def test_unhealthy_targets_flip_a_ready_pod_back_and_are_rechecked() -> None:
     was = [{"type": GATE, "status": "True", "lastTransitionTime": EARLIER}, {"type": "Ready", "status": "True"}]
     plan = plan_gates(
-        "web", [pod("a", conditions=was)], desired({"a": {(HTTP, T1)}}), {(HTTP, T1): UNHEALTHY}, interval_seconds=10, now=NOW
+        "web",
+        [pod("a", conditions=was)],
+        desired({"a": {(HTTP, T1)}}),
+        {(HTTP, T1): UNHEALTHY},
+        interval_seconds=10,
+        now=NOW,
     )
     assert plan.writes[0].condition["status"] == "False" and plan.writes[0].condition["lastTransitionTime"] == NOW
     assert plan.recheck_after_seconds == 10

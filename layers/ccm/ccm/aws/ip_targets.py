@@ -73,8 +73,9 @@ class IpTargetPlan:
             out.append(
                 (
                     TARGET_QUOTA_EXCEEDED,
-                    f"{len(self.over_quota)} endpoints not registered: a target group holds at most {quota} targets "
-                    "(Elastic Load Balancing quota 'Targets per Target Group per Region'; adjustable in Service Quotas)",
+                    f"{len(self.over_quota)} endpoints not registered: a target group holds at most {quota} "
+                    "targets (Elastic Load Balancing quota 'Targets per Target Group per Region'; adjustable in "
+                    "Service Quotas)",
                 )
             )
         return out
@@ -176,9 +177,7 @@ class IpTargetRegistrar:
             self._networks[vpc_id] = subnet_networks(s for page in pages for s in page.get("Subnets") or [])
         return self._networks[vpc_id]
 
-    def plan(
-        self, vpc_id: str, desired: Iterable[IpTarget], observed: Mapping[IpTarget, TargetHealth]
-    ) -> IpTargetPlan:
+    def plan(self, vpc_id: str, desired: Iterable[IpTarget], observed: Mapping[IpTarget, TargetHealth]) -> IpTargetPlan:
         wanted = set(desired)
         plan = plan_ip_targets(wanted, observed, networks=self.networks(vpc_id), quota=self.quota)
         if any(r.reason.startswith("not in a subnet") for r in plan.refused):

@@ -28,6 +28,7 @@ _MAY_CHANGE: Final = frozenset({"initial", "unhealthy"})
 # A planned target DescribeTargetHealth did not list yet: AWS's own words for a target just registered.
 _NOT_LISTED: Final = ("Elb.RegistrationInProgress", "Target registration is in progress")
 NOT_REGISTERED: Final = "Target.NotRegistered"
+_NOT_REGISTERED_MESSAGE: Final = "not registered with the load balancer"
 
 
 def gate_condition_type(service_name: str) -> str:
@@ -82,10 +83,11 @@ def wanted_condition(
         if seen is not None and seen.state == HEALTHY:
             continue
         if seen is None:
-            reason, description, state = _NOT_LISTED[0], _NOT_LISTED[1], "initial"
-        else:
-            reason, description, state = seen.reason or f"Target.{seen.state.capitalize()}", seen.description, seen.state
-        may_change = may_change or seen is None or state in _MAY_CHANGE
+            seen = TargetHealth("initial", *_NOT_LISTED)
+            may_change = True
+        state, description = seen.state, seen.description
+        reason = seen.reason or f"Target.{state.capitalize()}"
+        may_change = may_change or state in _MAY_CHANGE
         if worst is None:
             message = f"{target.ip}:{target.port} {state}" + (f": {description}" if description else "")
             worst = (reason, message, state)
@@ -124,7 +126,7 @@ def plan_gates(
         if targets:
             status, reason, message, may_change = wanted_condition(targets, health)
         elif existing is not None and existing.get("status") == "True":
-            status, reason, message, may_change = "False", NOT_REGISTERED, "not registered with the load balancer", False
+            status, reason, message, may_change = "False", NOT_REGISTERED, _NOT_REGISTERED_MESSAGE, False
         else:
             recheck = recheck or (name in desired.pending and not is_pod_ready(pod))
             continue
