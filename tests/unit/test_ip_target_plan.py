@@ -92,7 +92,8 @@ def test_addresses_outside_the_vpcs_subnets_are_refused_and_the_rest_registered(
     ]
     ((reason, message),) = plan.warnings()
     assert reason == REFUSED_IP_TARGETS and "10.0.2.5:8080 (not in a subnet" in message
-    assert refusal_reason(IpTarget("pod-a", 80), NETWORKS) == "not an IP address"
+    malformed = plan_ip_targets({IpTarget("pod-a", 80), t(10)}, {}, networks=NETWORKS)
+    assert malformed.register == (t(10),) and malformed.refused[0].reason == "not an IP address"
     assert refusal_reason(IpTarget("10.0.0.1", 0), NETWORKS) == "port out of range"
 
 

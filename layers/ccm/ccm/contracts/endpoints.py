@@ -38,10 +38,13 @@ class IpTarget(NamedTuple):
     ip: str
     port: int
 
-    def sort_key(self) -> tuple[int, int, int]:
-        """Numeric order (10.0.0.9 before 10.0.0.10), IPv4 before IPv6."""
-        address = ipaddress.ip_address(self.ip)
-        return address.version, int(address), self.port
+    def sort_key(self) -> tuple[int, int, int, str]:
+        """Numeric order (10.0.0.9 before 10.0.0.10), IPv4 before IPv6, anything not an address last."""
+        try:
+            address = ipaddress.ip_address(self.ip)
+        except ValueError:
+            return 7, 0, self.port, self.ip
+        return address.version, int(address), self.port, ""
 
 
 class ServicePortKey(NamedTuple):
