@@ -7,6 +7,7 @@ ccm.membership.nodes.MemberNodes).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any, Final, Protocol
 
 from ccm.contracts.provider_id import instance_id_from_provider_id
@@ -126,3 +127,22 @@ class RouteKubeApi(Protocol):
     def list_nodes(self) -> list[KubeObject]: ...
     def patch_node_status(self, name: str, patch: dict[str, Any]) -> bool: ...
     def record_node_event(self, node: Any, event_type: str, reason: str, message: str) -> None: ...
+
+
+class KubeEndpoints(Protocol):
+    """The reads and writes of `ip` targets and their readiness gates (ccm.k8s.endpoints.EndpointReads, which
+    ccm.k8s.kube.Kube includes)."""
+
+    def list_endpoint_slices(self, namespace: str, service_name: str) -> list[KubeObject]:
+        """Every EndpointSlice labelled `kubernetes.io/service-name=<service_name>` (all pages)."""
+        ...
+
+    def pods_by_name(
+        self, namespace: str, names: Collection[str], selector: Mapping[str, str] | None = None
+    ) -> dict[str, KubeObject]:
+        """The named pods that exist (name -> pod); `selector` is the Service's, for one LIST instead of GETs."""
+        ...
+
+    def patch_pod_condition(self, namespace: str, name: str, uid: str, condition: dict[str, str]) -> KubeObject | None:
+        """Set one pod condition (merged by type) on pods/status; None when the pod is gone or is another one."""
+        ...

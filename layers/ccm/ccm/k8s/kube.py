@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ccm.contracts.cloud import KubeObject
+from ccm.k8s.endpoints import EndpointReads
 from ccm.k8s.events import SERVICE_CONTROLLER, EventRecorder, now
 from ccm.k8s.rest import JSON_PATCH, MERGE_PATCH, ApiError, KubeRest, quote
 
@@ -22,8 +23,9 @@ def node_path(name: str) -> str:
     return f"/api/v1/nodes/{quote(name)}"
 
 
-class Kube:
-    """Thin, typed edge over the API for services, nodes and events."""
+class Kube(EndpointReads):
+    """Thin, typed edge over the API for services, nodes and events (and, from EndpointReads, EndpointSlices and
+    pods for `ip` targets)."""
 
     def __init__(self, api: KubeRest, reporting_instance: str = "serverless-ccm") -> None:
         self.api = api
