@@ -103,8 +103,9 @@ class LoadBalancers:
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
         publish: Publish | None = None,
+        endpoints: Sequence[KubeObject] = (),
     ) -> LoadBalancerStatus:
-        model = self._model(desired).with_members(nodes)
+        model = self._model(desired).with_members(nodes).with_endpoints(endpoints)
         chosen = model.lb_type
         if self.applied is not None:
             # Before the first write: a tombstone, a half-done delete or a checkpoint of the other type must not
@@ -147,6 +148,8 @@ class LoadBalancers:
 
     def ensure_unchanged(self, desired: Desired | KubeObject) -> LoadBalancerStatus | None:
         model = self._model(desired)
+        if model.target_type == "ip":
+            return None  # the checkpoint holds no endpoints: a resync of an ip Service converges its targets in full
         applied = self._checkpoint(model)
         if applied is None or due_for_full_read(applied, self.clock()):
             return None
@@ -165,12 +168,20 @@ class LoadBalancers:
         return None if service_key is not None and applied.service_key != service_key else True
 
     def update_load_balancer(
-        self, desired: Desired | KubeObject, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE
+        self,
+        desired: Desired | KubeObject,
+        nodes: Sequence[KubeObject],
+        flags: PassFlags = ROUTINE,
+        endpoints: Sequence[KubeObject] = (),
     ) -> None:
         """With a matching checkpoint: only the difference to the stored target set, by the stored ARNs (one call
-        per target group and direction, no read). Otherwise the deployer reads and converges the targets."""
-        model = self._model(desired).with_members(nodes)
+        per target group and direction, no read). Otherwise (and always for `ip` targets, which the checkpoint
+        does not hold) the deployer reads and converges the targets."""
+        model = self._model(desired).with_members(nodes).with_endpoints(endpoints)
         deployer = self.deployers[model.lb_type]
+        if model.target_type == "ip":
+            deployer.deploy_targets(model, flags)
+            return
         applied = self._checkpoint(model) if flags.trust_applied else None
         wanted = model.instances
         if applied is not None:

@@ -26,6 +26,7 @@ from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import ImplementedElsewhere, KubeObject, LoadBalancerWarning
 from ccm.contracts.cluster import Cluster
+from ccm.contracts.endpoints import desired_ip_targets
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +61,22 @@ class LoadBalancerModel:
         ids = ((p.instance_id(n), n) for n in nodes)
         return frozenset(i for i, n in ids if i and (self.nlb is not None or self.config.selects_node(_labels(n))))
 
+    @property
+    def target_type(self) -> str:
+        """`instance` (the member nodes) or `ip` (an NLB's pods, from the Service's EndpointSlices)."""
+        return self.config.target_type if self.nlb is not None else "instance"
+
+    def with_endpoints(self, slices: Sequence[KubeObject]) -> LoadBalancerModel:
+        """An `ip` model with its targets: each Service port's ready endpoints (ccm.contracts.endpoints)."""
+        if self.nlb is None or self.target_type != "ip":
+            return self
+        wanted = desired_ip_targets(self.service, slices)
+        return replace(self, nlb=nlb_model.with_ip_targets(self.nlb, wanted.by_port))
+
     def with_members(self, nodes: Sequence[KubeObject]) -> LoadBalancerModel:
         """The model with its member nodes and their instances as targets, in the type's spec too."""
-        instances, members = self.instances_of(nodes), tuple(nodes)
+        members = tuple(nodes)
+        instances = self.instances_of(nodes) if self.target_type == "instance" else frozenset()
         if self.nlb is not None:
             return replace(self, nodes=members, instances=instances, nlb=nlb_model.with_targets(self.nlb, instances))
         assert self.clb is not None

@@ -32,6 +32,7 @@ from ccm.aws import nlb_writes as writes
 from ccm.aws import references as refs
 from ccm.aws.clients import AwsClients
 from ccm.aws.fixed_settings import FIXED_SETTING
+from ccm.aws.ip_targets import IpTargetRegistrar
 from ccm.aws.lbconfig import LoadBalancerConfig, validate_against_subnets
 from ccm.aws.model import LoadBalancerModel
 from ccm.aws.security_groups import UNTAGGED_NODE_GROUP, SecurityGroups
@@ -66,6 +67,7 @@ class NetworkLoadBalancers:
         self.security_groups = security_groups
         self.vpc_id = cluster.vpc_id
         self.references = refs.ReferenceChecker(clients, cluster.vpc_id)
+        self.ip_targets = IpTargetRegistrar(clients)  # keeps the VPC's subnets for the environment's life
 
     def status_for_uid(self, uid: str) -> LoadBalancerStatus | None:
         lb = reads.describe_lb(self.clients, names.load_balancer_name(uid))
@@ -115,7 +117,11 @@ class NetworkLoadBalancers:
             # Also when converged: the checkpoint lets later passes delete by ARN, which IAM allows only on
             # resources carrying our UID tag (adoption tags them here once).
             adoption.claim(self.clients, uid, self.cluster.name, observed, operations)
-        refused, arn_by_name = writes.apply_plan(self.clients, self.vpc_id, operations, observed, desired)
+        ip_warnings: list[tuple[str, str]] = []
+        refused, arn_by_name = writes.apply_plan(
+            self.clients, self.vpc_id, operations, observed, desired, self.ip_targets, ip_warnings
+        )
+        warnings += [LoadBalancerWarning(reason, message) for reason, message in ip_warnings]
         if swapped is not None:
             self._finish_swap(lb, group_ids, swapped, uid, flags)
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
@@ -220,15 +226,13 @@ class NetworkLoadBalancers:
             raise RetryError("load balancer not created yet", delay_seconds=5)
         observed = reads.observe(self.clients, lb, model.uid, flags)
         targets_only = [
-            op for op in m.plan(desired, observed) if isinstance(op, m.RegisterTargets | m.DeregisterTargets)
+            op
+            for op in m.plan(desired, observed)
+            if isinstance(op, m.RegisterTargets | m.DeregisterTargets | m.SyncIpTargets)
         ]
-        writes.apply_plan(
-            self.clients,
-            self.vpc_id,
-            [op for op in targets_only if op.name in {tg.name for tg in observed.target_groups.values()}],
-            observed,
-            desired,
-        )
+        existing = {tg.name for tg in observed.target_groups.values()}
+        ops: list[m.Operation] = [op for op in targets_only if op.name in existing]
+        writes.apply_plan(self.clients, self.vpc_id, ops, observed, desired, self.ip_targets)
 
     # -- deletion by UID (also used for a Service that is already gone) -----------------------------------------
     def delete_for_uid(self, uid: str) -> bool:

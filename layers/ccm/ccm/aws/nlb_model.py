@@ -16,6 +16,7 @@ from ccm.aws import names
 from ccm.aws.lbconfig import HealthCheck, LoadBalancerConfig
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import InvalidServiceConfig
+from ccm.contracts.endpoints import IpTarget, ServicePortKey
 
 # What an NLB reports for the attributes we manage until someone changes them (a key AWS omits has this value).
 AWS_DEFAULT_LB_ATTRIBUTES = {
@@ -30,10 +31,18 @@ AWS_DEFAULT_LB_ATTRIBUTES = {
 class TargetGroupSpec:
     name: str
     protocol: str
-    port: int
+    port: int  # instance: the node port every target is registered on; ip: the Service port (each target has its own)
     health: HealthCheck
-    targets: frozenset[str]
+    targets: frozenset[str]  # instance targets (EC2 ids)
     attributes: tuple[tuple[str, str], ...] = ()  # only the keys we set; others keep AWS defaults
+    target_type: str = "instance"  # TargetType, create-only on AWS: part of the name when `ip`
+    ip_targets: frozenset[IpTarget] = frozenset()  # ip targets (pod address and port)
+    # The Service ports (port, protocol) whose endpoints are this group's ip targets (two for TCP_UDP).
+    service_ports: tuple[ServicePortKey, ...] = ()
+
+    @property
+    def wants_targets(self) -> bool:
+        return bool(self.targets or self.ip_targets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +74,9 @@ class ObservedTargetGroup:
     targets: frozenset[str] = frozenset()
     attributes: dict[str, str] | None = None  # None: not read on this pass
     healthy: frozenset[str] = frozenset()  # targets AWS reports healthy (read with the targets)
+    target_type: str = "instance"
+    # Every registered target with its port and health state, draining ones too (what an ip plan needs).
+    health_states: tuple[tuple[str, int, str, str, str], ...] = ()  # (id, port, state, reason, description)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +166,15 @@ class DeleteTargetGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncIpTargets:
+    """Converge an `ip` target group's targets to `targets` (deregister first, then register, 200 a call: the
+    deployer's registrar, ccm.aws.ip_targets, which also refuses addresses outside the VPC's subnets)."""
+
+    name: str
+    targets: frozenset[IpTarget]
+
+
+@dataclass(frozen=True, slots=True)
 class AwaitHealthy:
     """Hold the switch of listener `port` to target group `name`: the group serving it now has healthy targets
     and the new one none yet. The driver applies the rest of the plan, then asks the queue to come back."""
@@ -170,6 +191,7 @@ Operation = (
     | SetLoadBalancerAttributes
     | RegisterTargets
     | DeregisterTargets
+    | SyncIpTargets
     | CreateListener
     | ModifyListener
     | DeleteListener
@@ -188,10 +210,28 @@ def desired_nlb(
     targets = frozenset(i for i in (p.instance_id(n) for n in nodes) if i)
     attributes = tuple(sorted(config.effective_target_group_attributes().items()))
     listeners: list[ListenerSpec] = []
+    ports_by_name = {sp.name: ServicePortKey(sp.port, sp.protocol) for sp in config.ports}
     for listener in config.listeners:
-        identity = (listener.target_protocol, listener.node_port, health.protocol, vpc_id)
-        tg_name = names.target_group_name(namespace, name, uid, identity)
-        tg = TargetGroupSpec(tg_name, listener.target_protocol, listener.node_port, health, targets, attributes)
+        if config.target_type == "ip":
+            # A new target group when the type changes (create-only on AWS): made, filled and switched to first.
+            identity: tuple[object, ...] = (listener.target_protocol, listener.port, health.protocol, vpc_id, "ip")
+            tg_name = names.target_group_name(namespace, name, uid, identity)
+            keys = tuple(ports_by_name[n] for n in listener.port_names if n in ports_by_name)
+            tg = TargetGroupSpec(
+                tg_name,
+                listener.target_protocol,
+                listener.port,
+                health,
+                frozenset(),
+                attributes,
+                "ip",
+                frozenset(),
+                keys,
+            )
+        else:
+            identity = (listener.target_protocol, listener.node_port, health.protocol, vpc_id)
+            tg_name = names.target_group_name(namespace, name, uid, identity)
+            tg = TargetGroupSpec(tg_name, listener.target_protocol, listener.node_port, health, targets, attributes)
         certificate = listener.certificates[0] if listener.certificates else ""
         listeners.append(ListenerSpec(listener.port, listener.protocol, tg, certificate, listener.ssl_policy))
     if not listeners:
@@ -208,9 +248,28 @@ def desired_nlb(
 
 
 def with_targets(spec: NLBSpec, targets: frozenset[str]) -> NLBSpec:
-    """Pure: the same NLB with `targets` in every target group (the model's targets are set per pass)."""
-    listeners = tuple(replace(ls, target_group=replace(ls.target_group, targets=targets)) for ls in spec.listeners)
-    return replace(spec, listeners=listeners)
+    """Pure: the same NLB with the instances `targets` in every `instance` target group (set per pass)."""
+    return replace(
+        spec,
+        listeners=tuple(
+            replace(ls, target_group=replace(ls.target_group, targets=targets))
+            if ls.target_group.target_type == "instance"
+            else ls
+            for ls in spec.listeners
+        ),
+    )
+
+
+def with_ip_targets(spec: NLBSpec, by_port: Mapping[ServicePortKey, frozenset[IpTarget]]) -> NLBSpec:
+    """Pure: the same NLB with each `ip` target group's targets: its Service ports' endpoints (set per pass)."""
+    listeners = []
+    for ls in spec.listeners:
+        tg = ls.target_group
+        if tg.target_type == "ip":
+            wanted = frozenset(t for key in tg.service_ports for t in by_port.get(key, ()))
+            ls = replace(ls, target_group=replace(tg, ip_targets=wanted))
+        listeners.append(ls)
+    return replace(spec, listeners=tuple(listeners))
 
 
 def lb_attributes(config: LoadBalancerConfig) -> tuple[tuple[str, str], ...]:
@@ -247,10 +306,14 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
                 prepare.append(ModifyTargetGroup(tg.name, tg.health))
             if have.attributes is not None and any(have.attributes.get(k) != v for k, v in tg.attributes):
                 prepare.append(SetTargetGroupAttributes(tg.name, tg.attributes))
-        if tg.targets - current:
-            prepare.append(RegisterTargets(tg.name, tg.port, tuple(sorted(tg.targets - current))))
-        if current - tg.targets:
-            prepare.append(DeregisterTargets(tg.name, tg.port, tuple(sorted(current - tg.targets))))
+        if tg.target_type == "ip":
+            if have is None or frozenset(ip_registered(have)) != tg.ip_targets:
+                prepare.append(SyncIpTargets(tg.name, tg.ip_targets))
+        else:
+            if tg.targets - current:
+                prepare.append(RegisterTargets(tg.name, tg.port, tuple(sorted(tg.targets - current))))
+            if current - tg.targets:
+                prepare.append(DeregisterTargets(tg.name, tg.port, tuple(sorted(current - tg.targets))))
         listener = listener_by_port.get(want.port)
         if listener is None:
             switch.append(CreateListener(want.port, want.protocol, tg.name, want.certificate, want.ssl_policy))
@@ -263,7 +326,14 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
         ):
             serving = observed.target_groups.get(listener.target_group_arn)
             replacing = serving is not None and (have is None or serving.arn != have.arn)
-            if replacing and serving is not None and serving.healthy and tg.targets and not (have and have.healthy):
+            if (
+                replacing
+                and serving is not None
+                and serving.healthy
+                and tg.wants_targets
+                and not (have and have.healthy)
+                and not (have and detached(have))
+            ):
                 held.append(AwaitHealthy(tg.name, want.port, readiness_delay(tg.health)))
                 still_serving.add(serving.arn)
             else:
@@ -280,6 +350,18 @@ def plan(desired: NLBSpec, observed: ObservedNLB) -> list[Operation]:
     if observed.attributes is not None and any(lb_attributes_now.get(k) != v for k, v in desired.attributes):
         cleanup.append(SetLoadBalancerAttributes(desired.attributes))
     return prepare + switch + cleanup + held
+
+
+def detached(tg: ObservedTargetGroup) -> bool:
+    """AWS health-checks only a group a listener forwards to: its targets say `unused` (Target.NotInUse) until then,
+    so holding the switch for them to turn healthy would wait forever. The hold's first pass registers them; the
+    next one switches (the targets are then checked at once)."""
+    return bool(tg.health_states) and all(state == "unused" for _, _, state, _, _ in tg.health_states)
+
+
+def ip_registered(tg: ObservedTargetGroup) -> set[IpTarget]:
+    """An `ip` group's registered targets: every reported one but those draining (registered again if wanted)."""
+    return {IpTarget(i, port) for i, port, state, _, _ in tg.health_states if state != "draining"}
 
 
 def readiness_delay(health: HealthCheck) -> int:
@@ -338,6 +420,16 @@ def target_group_from_api(
 ) -> ObservedTargetGroup:
     """A draining target is on its way out: not a target any more (registered again if still wanted)."""
     states = [(d["Target"]["Id"], d.get("TargetHealth", {}).get("State")) for d in health or ()]
+    health_states = tuple(
+        (
+            str(d["Target"]["Id"]),
+            int(d["Target"].get("Port") or tg.get("Port") or 0),
+            str((d.get("TargetHealth") or {}).get("State") or ""),
+            str((d.get("TargetHealth") or {}).get("Reason") or ""),
+            str((d.get("TargetHealth") or {}).get("Description") or ""),
+        )
+        for d in health or ()
+    )
     return ObservedTargetGroup(
         tg["TargetGroupArn"],
         tg["TargetGroupName"],
@@ -347,6 +439,8 @@ def target_group_from_api(
         frozenset(i for i, state in states if state != "draining"),
         None if attributes is None else _key_values(attributes),
         frozenset(i for i, state in states if state == "healthy"),
+        str(tg.get("TargetType") or "instance"),
+        health_states,
     )
 
 

@@ -15,9 +15,12 @@ from ccm.aws import names
 from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
+from ccm.aws.ip_targets import IpTargetRegistrar
 from ccm.aws.subnets import forget_discovery
 from ccm.aws.targets import register_targets
 from ccm.contracts.cloud import RetryError
+from ccm.contracts.endpoints import IpTarget
+from ccm.contracts.readiness_gates import TargetHealth
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +51,17 @@ def create_lb(
 
 
 def apply_plan(
-    clients: AwsClients, vpc_id: str, operations: list[m.Operation], observed: m.ObservedNLB, desired: m.NLBSpec
+    clients: AwsClients,
+    vpc_id: str,
+    operations: list[m.Operation],
+    observed: m.ObservedNLB,
+    desired: m.NLBSpec,
+    registrar: IpTargetRegistrar | None = None,
+    ip_warnings: list[tuple[str, str]] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Apply the plan; returns the instances AWS refused as targets (dropped from this pass, reported) and the
-    ARN of every target group by name."""
+    ARN of every target group by name. `ip` target groups are converged by `registrar`; what it could not register
+    (outside the VPC's subnets, over the quota) is added to `ip_warnings` as (reason, message)."""
     elbv2 = clients.elbv2
     refused: set[str] = set()
     arn_by_name = {tg.name: tg.arn for tg in observed.target_groups.values()}
@@ -76,6 +86,18 @@ def apply_plan(
             elbv2.deregister_targets(
                 TargetGroupArn=arn_by_name[op.name], Targets=[{"Id": i, "Port": op.port} for i in op.instance_ids]
             )
+        elif isinstance(op, m.SyncIpTargets):
+            registrar = registrar or IpTargetRegistrar(clients)
+            arn = arn_by_name[op.name]
+            have = next((tg for tg in observed.target_groups.values() if tg.arn == arn), None)
+            states = {
+                IpTarget(i, port): TargetHealth(state, reason, text)
+                for i, port, state, reason, text in (have.health_states if have else ())
+            }
+            ip_plan = registrar.plan(vpc_id, op.targets, states)
+            registrar.apply(arn, ip_plan)
+            if ip_warnings is not None:
+                ip_warnings.extend(ip_plan.warnings(registrar.quota))
         elif isinstance(op, m.CreateListener):
             create_listener(clients, observed.arn, op, arn_by_name[op.target_group], desired.tags)
         elif isinstance(op, m.ModifyListener):
@@ -106,7 +128,7 @@ def create_target_group(clients: AwsClients, vpc_id: str, spec: m.TargetGroupSpe
             Protocol=spec.protocol,
             Port=spec.port,
             VpcId=vpc_id,
-            TargetType="instance",
+            TargetType=spec.target_type,
             Tags=names.as_tag_list(tags),
             **m.health_kwargs(spec.health),
         )

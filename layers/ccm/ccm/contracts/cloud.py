@@ -188,6 +188,12 @@ class Desired(Protocol):
     @property
     def uid(self) -> str: ...
 
+    @property
+    def target_type(self) -> str:
+        """`instance`: the targets are the member nodes; `ip`: the pods of the Service's EndpointSlices, which the
+        controller reads and passes (`endpoints`) to ensure and update."""
+        ...
+
 
 class LoadBalancer(Protocol):
     """What the service controller calls: upstream cloud.go's LoadBalancer (get, ensure, update, ensure deleted),
@@ -215,13 +221,21 @@ class LoadBalancer(Protocol):
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
         publish: Publish | None = None,
+        endpoints: Sequence[KubeObject] = (),
     ) -> LoadBalancerStatus:
         """Create or converge the LB; raises RetryError, InvalidServiceConfig or CloudStateError. `publish` is
-        called with the status as soon as a new LB has its DNS name, before the rest of it is made."""
+        called with the status as soon as a new LB has its DNS name, before the rest of it is made. `endpoints`:
+        the Service's EndpointSlices, for `ip` targets."""
         ...
 
-    def update_load_balancer(self, desired: Desired, nodes: Sequence[KubeObject], flags: PassFlags = ROUTINE) -> None:
-        """Converge only the backends (targets) to the given member nodes."""
+    def update_load_balancer(
+        self,
+        desired: Desired,
+        nodes: Sequence[KubeObject],
+        flags: PassFlags = ROUTINE,
+        endpoints: Sequence[KubeObject] = (),
+    ) -> None:
+        """Converge only the backends (targets) to the given member nodes, or EndpointSlices for `ip` targets."""
         ...
 
     def ensure_load_balancer_deleted(self, service: KubeObject) -> None:

@@ -9,6 +9,7 @@
 | found, belongs to another controller, finalizer   | CLEANUP (drop our LB, keep their status) |
 | found, !wantsLoadBalancer || needsCleanup         | DELETE                                   |
 | HOSTS hint (member nodes changed), LB in place    | UPDATE_HOSTS (UpdateLoadBalancer)        |
+| ENDPOINTS hint (its EndpointSlices changed)       | UPDATE_ENDPOINTS (ip targets only)       |
 | otherwise                                         | ENSURE                                   |
 
 A delete the table decides (DELETE, CLEANUP_FOREIGN, DELETE_GONE, an earlier UID's) happens only when the AWS side
@@ -44,6 +45,7 @@ class Action(enum.Enum):
     CLEANUP_FOREIGN = "cleanup-foreign"
     DELETE_GONE = "delete-gone"
     UPDATE_HOSTS = "update-hosts"
+    UPDATE_ENDPOINTS = "update-endpoints"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ def decide(delta: Delta, live: KubeObject | None, our_class: str, claim_unclasse
         return Decision(Action.DELETE, previous, "load balancer no longer wanted")
     if delta.type == "HOSTS" and p.has_finalizer(live) and not previous:
         return Decision(Action.UPDATE_HOSTS, reason="member nodes changed")
+    if delta.type == "ENDPOINTS" and p.has_finalizer(live) and not previous:
+        return Decision(Action.UPDATE_ENDPOINTS, reason="endpoints changed")
     return Decision(Action.ENSURE, previous, "wants a load balancer")
 
 

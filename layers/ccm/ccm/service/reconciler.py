@@ -26,7 +26,7 @@ from ccm.contracts.cloud import (
     RetryError,
 )
 from ccm.contracts.cluster import Cluster
-from ccm.contracts.kube import KubeServices, Members
+from ccm.contracts.kube import KubeEndpoints, KubeServices, Members
 from ccm.contracts.messages import Delta
 from ccm.retry import CONTINUATION_DELAY_SECONDS
 from ccm.service.decisions import Action, confirm_delete, decide, hint_delete_refusal, ingress_equal
@@ -69,13 +69,16 @@ class ServiceReconciler:
         cluster: Cluster,
         *,
         ownership: OwnershipReader,
+        endpoints: KubeEndpoints | None = None,
     ) -> None:
+        """`endpoints`: where EndpointSlices are read for `ip` targets (None: no `ip` Service is served)."""
         self.kube = kube
         self.members = members
         self.balancer = balancer
         self.by_uid = by_uid
         self.cluster = cluster
         self.ownership = ownership
+        self.endpoints = endpoints
 
     def reconcile(self, delta: Delta, flags: PassFlags = ROUTINE) -> Outcome:
         """`flags`: how much the drivers look at in this pass (the runtime decides them per record)."""
@@ -114,6 +117,8 @@ class ServiceReconciler:
                 )
             elif decision.action is Action.UPDATE_HOSTS:
                 self._update_hosts(live, outcome, flags)
+            elif decision.action is Action.UPDATE_ENDPOINTS:
+                self._update_endpoints(live, flags)
             else:
                 self._delete(live, outcome, write_status=decision.action is Action.DELETE)
         except InvalidServiceConfig as err:
@@ -179,7 +184,8 @@ class ServiceReconciler:
             self._write_status(svc, published[-1], outcome)
 
         try:
-            status = self.balancer.ensure_load_balancer(desired, nodes, flags, publish)
+            endpoints = self._endpoints_of(svc, desired)
+            status = self.balancer.ensure_load_balancer(desired, nodes, flags, publish, endpoints)
         except ImplementedElsewhere:
             return
         except HostnamePublished:
@@ -211,7 +217,8 @@ class ServiceReconciler:
                 svc, outcome, "Warning", "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer"
             )
         try:
-            self.balancer.update_load_balancer(self.balancer.desire(svc), nodes, flags)
+            desired = self.balancer.desire(svc)
+            self.balancer.update_load_balancer(desired, nodes, flags, self._endpoints_of(svc, desired))
         except ImplementedElsewhere:
             return
         except (InvalidServiceConfig, RetryError):
@@ -223,6 +230,24 @@ class ServiceReconciler:
             self._event(svc, outcome, "Warning", "UpdateLoadBalancerFailed", message)
             raise SyncFailed(message) from err
         self._event(svc, outcome, "Normal", "UpdatedLoadBalancer", "Updated load balancer with new hosts")
+
+    # -- ip targets: the Service's EndpointSlices changed (the watcher's ENDPOINTS hint) ------------------------------
+    def _update_endpoints(self, svc: KubeObject, flags: PassFlags) -> None:
+        """Only the `ip` targets, re-read from the API (the hint says nothing itself); no event: a rolling update
+        changes endpoints hundreds of times. A hint for a Service no longer in `ip` mode changes nothing."""
+        try:
+            desired = self.balancer.desire(svc)
+        except ImplementedElsewhere:
+            return
+        if desired.target_type != "ip":
+            return
+        self.balancer.update_load_balancer(desired, (), flags, self._endpoints_of(svc, desired))
+
+    def _endpoints_of(self, svc: KubeObject, desired: Desired) -> list[KubeObject]:
+        """The Service's EndpointSlices, read only for `ip` targets."""
+        if desired.target_type != "ip" or self.endpoints is None:
+            return []
+        return self.endpoints.list_endpoint_slices(p.meta(svc)["namespace"], p.meta(svc)["name"])
 
     # -- DELETE path ----------------------------------------------------------------------------------------------
     def _delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:

@@ -197,7 +197,7 @@ def pass_flags(delta: Delta, attempt: int, batch_creations: int) -> PassFlags:
     looks for orphans too and reads everything again instead of trusting the checkpoint of what was applied."""
     return PassFlags(
         thorough=attempt > 1 or delta.type in ("SYNC", "DELETED"),
-        check_attributes=delta.type != "HOSTS",  # a host update only touches targets
+        check_attributes=delta.type not in ("HOSTS", "ENDPOINTS"),  # host and endpoint updates touch only targets
         trust_applied=attempt == 1 and not delta.object.get(REPAIR),
         # Among other creations: hostname first, the rest after the burst's creations (a retry too: its rest would
         # take the bucket's tokens from the CreateLoadBalancer calls still waiting).

@@ -46,6 +46,7 @@ def build_service_runtime(
         MemberNodes(kube, MembershipTable(table) if table is not None else None),
         cluster,
         ownership=ownership,
+        endpoints=kube,
     )
     return ServiceRuntime(settings, clients, reconciler, balancer)
 

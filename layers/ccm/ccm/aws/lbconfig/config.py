@@ -15,6 +15,7 @@ LbType = Literal["clb", "nlb"]
 LB_TYPES: Final[tuple[LbType, ...]] = ("clb", "nlb")
 Scheme = Literal["internal", "internet-facing"]
 IpAddressType = Literal["ipv4", "dualstack"]
+TargetType = Literal["instance", "ip"]
 BackendProtocol = Literal["tcp", "ssl", "http", "https"]
 TrafficPolicy = Literal["Cluster", "Local"]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -151,6 +152,7 @@ class LoadBalancerConfig:
     security_groups: tuple[str, ...] = ()
     extra_security_groups: tuple[str, ...] = ()
     prefix_lists: tuple[str, ...] = ()  # managed prefix lists: client sources beside (or instead of) source_ranges
+    target_type: TargetType = "instance"  # NLB: the nodes (instance) or the pods' IPs from EndpointSlices (ip)
     target_node_labels: Mapping[str, str] = field(default_factory=dict)
     target_group_attributes: Mapping[str, str] = field(default_factory=dict)
     # Annotations under the aws-load-balancer- prefix that we do not know (typos, LBC-only names): a caller may

@@ -33,7 +33,6 @@ DIFFERS: Final = "AnnotationDiffers"  # acted on, but not as one of the two upst
 # Names only the AWS Load Balancer Controller understands (its Service annotations page), with what we do instead.
 # A name ending in "." is a prefix (listener-attributes.TCP-80).
 LBC_ONLY: Final[Mapping[str, str]] = {
-    "nlb-target-type": "targets are always the nodes (instance targets on their node ports)",
     "name": "the load balancer is named `a` + the Service UID, as cloud-provider-aws names it",
     "load-balancer-name": "the load balancer is named `a` + the Service UID, as cloud-provider-aws names it",
     "attributes": "load balancer attributes come from the access-log-* and cross-zone-load-balancing-enabled "

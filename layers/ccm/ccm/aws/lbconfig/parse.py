@@ -91,7 +91,9 @@ def parse_load_balancer_config(service: Mapping[str, Any], default_lb_type: LbTy
     listeners = build_listeners(lb_type, ports, values, raw_of, errors)
     local = spec.get("externalTrafficPolicy") == "Local"
     health_check_node_port = _port_number(spec.get("healthCheckNodePort"))
-    health = build_health_check(lb_type, health_check_node_port if local else None, values, raw_of, errors)
+    # ip targets are the pods themselves: kube-proxy's healthCheckNodePort says nothing about them (LBC: traffic-port).
+    node_health = local and values.target_type != "ip"
+    health = build_health_check(lb_type, health_check_node_port if node_health else None, values, raw_of, errors)
     source_ranges = _source_ranges(spec, values, ignored, errors)
     _cross_checks(scheme, listeners, values, raw_of, errors)
     raise_all(errors)
@@ -121,6 +123,7 @@ def parse_load_balancer_config(service: Mapping[str, Any], default_lb_type: LbTy
         security_groups=values.security_groups,
         extra_security_groups=values.extra_security_groups,
         prefix_lists=values.prefix_lists,
+        target_type=values.target_type,
         target_node_labels=values.target_node_labels,
         target_group_attributes=values.target_group_attributes,
         unknown_annotations=tuple(sorted(k for k in annotations if k.startswith(PREFIX) and k not in ANNOTATIONS)),

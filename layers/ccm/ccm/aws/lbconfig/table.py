@@ -22,6 +22,7 @@ from ccm.aws.lbconfig.config import (
     Network,
     Scheme,
     SslPorts,
+    TargetType,
 )
 from ccm.aws.lbconfig.values import (
     BOOL,
@@ -102,6 +103,7 @@ PROXY_PROTOCOL_ANNOTATION: Final = _a("proxy-protocol")
 ACCESS_LOG_ANNOTATION: Final = _a("access-log-enabled")
 SECURITY_GROUPS_ANNOTATION: Final = _a("security-groups")
 EXTRA_SECURITY_GROUPS_ANNOTATION: Final = _a("extra-security-groups")
+TARGET_TYPE_ANNOTATION: Final = _a("nlb-target-type")  # the AWS Load Balancer Controller's
 PREFIX_LISTS_ANNOTATION: Final = _a("security-group-prefix-lists")  # the AWS Load Balancer Controller's (v2.8)
 TARGET_GROUP_ATTRIBUTES_ANNOTATION: Final = _a("target-group-attributes")
 HC_TIMEOUT_ANNOTATION: Final = _a("healthcheck-timeout")
@@ -161,6 +163,9 @@ TABLE: Final[tuple[Row, ...]] = (
     Row(PREFIX_LISTS_ANNOTATION, "prefix_lists", csv_of(_PL, "`pl-` IDs, comma-separated", max_items=10), BOTH, (),
         "none", "managed prefix lists allowed as client sources on the listener ports; without source ranges they "
         "replace `0.0.0.0/0`"),
+    Row(TARGET_TYPE_ANNOTATION, "target_type", one_of("instance", "ip"), NLB_ONLY, "instance", "`instance`",
+        "`instance`: the nodes, on their node ports; `ip`: the pods' IPs and ports from the Service's EndpointSlices "
+        "(VPC-native pod networking: the VPC CNI, Fargate); docs/ip-targets.md"),
     Row(_a("target-node-labels"), "target_node_labels", key_values(label, "`k=v,k2=v2` node labels"), BOTH, {},
         "all nodes", "only nodes with all these labels are targets"),
     Row(TARGET_GROUP_ATTRIBUTES_ANNOTATION, "target_group_attributes",
@@ -219,6 +224,7 @@ class AnnotationValues:
     security_groups: tuple[str, ...]
     extra_security_groups: tuple[str, ...]
     prefix_lists: tuple[str, ...]
+    target_type: TargetType
     target_node_labels: Mapping[str, str]
     target_group_attributes: Mapping[str, str]
     hc_protocol: str | None
