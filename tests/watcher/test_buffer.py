@@ -84,3 +84,23 @@ def test_take_waits_for_a_producer() -> None:
     started = time.monotonic()
     assert [d.key for d in buf.take(timeout=5)] == ["ns/a"]
     assert time.monotonic() - started < 4
+
+
+def test_an_endpoints_hint_never_replaces_a_pending_change_of_its_service() -> None:
+    # A reconcile of an unchanged spec may trust its checkpoint and skip the targets: the hint keeps its own place.
+    buf = DeltaBuffer(10)
+    buf.put(delta("ns/a", rv="1", type_="MODIFIED"))
+    buf.put(delta("ns/a", rv="endpoints-1", type_="ENDPOINTS"))
+    buf.put(delta("ns/a", rv="endpoints-2", type_="ENDPOINTS"))  # hints coalesce among themselves
+    buf.put(delta("ns/a", rv="2", type_="MODIFIED"))
+    assert len(buf) == 2
+    first, second = buf.take(), buf.take()
+    assert [(d.type, d.resource_version) for d in first + second] == [("MODIFIED", "2"), ("ENDPOINTS", "endpoints-2")]
+
+
+def test_a_delete_drops_the_pending_endpoints_hint_it_covers() -> None:
+    buf = DeltaBuffer(10)
+    buf.put(delta("ns/a", uid="u", type_="ENDPOINTS"))
+    buf.put(delta("ns/b", uid="u", type_="ENDPOINTS"))
+    buf.put(delta("ns/a", uid="u", type_="DELETED"))
+    assert sorted((d.key, d.type) for d in buf.take()) == [("ns/a", "DELETED"), ("ns/b", "ENDPOINTS")]
