@@ -97,10 +97,8 @@ def test_an_endpoints_hint_never_replaces_a_pending_change_of_its_service() -> N
     first, second = buf.take(), buf.take()
     assert [(d.type, d.resource_version) for d in first + second] == [("MODIFIED", "2"), ("ENDPOINTS", "endpoints-2")]
 
-
-def test_a_delete_drops_the_pending_endpoints_hint_it_covers() -> None:
-    buf = DeltaBuffer(10)
-    buf.put(delta("ns/a", uid="u", type_="ENDPOINTS"))
-    buf.put(delta("ns/b", uid="u", type_="ENDPOINTS"))
-    buf.put(delta("ns/a", uid="u", type_="DELETED"))
-    assert sorted((d.key, d.type) for d in buf.take()) == [("ns/a", "DELETED"), ("ns/b", "ENDPOINTS")]
+    # A DELETED drops the pending hint of its Service (same uid): the delete covers it.
+    buf.put(delta("ns/a", rv="endpoints-3", type_="ENDPOINTS"))
+    buf.put(delta("ns/a", uid="other", rv="endpoints-1", type_="ENDPOINTS"))
+    buf.put(delta("ns/a", rv="3", type_="DELETED"))
+    assert sorted((d.uid, d.type) for d in buf.take() + buf.take()) == [("other", "ENDPOINTS"), ("u", "DELETED")]
