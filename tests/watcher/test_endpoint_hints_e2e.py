@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ccm.contracts.messages import Delta, parse_delta
+from devstack.endpointslices import EndpointSliceController
 from devstack.k8s_emulator import Emulator
+from devstack.pod_world import FakeClock, Kubelet, PodSet, RollingUpdate, container
 from tests.watcher.conftest import MakeWatcher, deltas, metric, receive_all, summary, wait_until
 from tests.watcher.objects import service
 from watcher.endpoints import TARGET_TYPE_ANNOTATION
@@ -206,3 +208,49 @@ def test_two_replicas_seeing_the_same_slices_send_one_hint(
     set_ips(emulator, "web-a", ["10.0.1.2"])  # a later state: a new id
     wait_until(lambda: all(metric(w, "watcher_deltas_sent_total", kind="Service") == 3 for w in replicas))
     assert summary(deltas(sqs, url)) == [("ENDPOINTS", "default/web")]
+
+
+def test_a_rolling_update_of_20_pods_is_a_few_hints_carrying_every_slice_write(
+    emulator: Emulator, make_watcher: MakeWatcher, sqs: Any, queues: dict[str, str]
+) -> None:
+    """Pods, kubelet and kube-controller-manager's EndpointSlice controller of the devstack; the issue's rollout shape
+    (maxSurge 25 %, maxUnavailable 0), its clock stepped a second per Deployment step."""
+    nodes = ["node-a", "node-b"]
+    for i, name in enumerate(nodes):
+        emulator.create(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {"podCIDR": f"10.1.{i}.0/24"}}
+        )
+    emulator.create(service("web", annotations=IP))
+    clock = FakeClock()
+    kubelet, controller = Kubelet(emulator, ready_after=1.0, clock=clock), EndpointSliceController(emulator)
+
+    def settle(seconds: float = 1.0) -> None:
+        clock.advance(seconds)
+        for _ in range(2):  # the kubelet's writes, then the controller's
+            kubelet.sync()
+            controller.sync_all()
+
+    pods = PodSet(emulator, "web", nodes)
+    pods.create(20, {"containers": [container(ports=[{"containerPort": 80}])], "terminationGracePeriodSeconds": 1})
+    settle(0.0)
+    settle()
+    watcher = make_watcher()
+    url = queues["Service"]
+    assert sorted(summary(deltas(sqs, url, expect=2))) == [("ENDPOINTS", "default/web"), ("SYNC", "default/web")]
+
+    writes = controller.writes
+    started = time.monotonic()
+    rollout = RollingUpdate(
+        pods, {"containers": [container(image="app:2", ports=[{"containerPort": 80}])]}, 20, "25%", 0
+    )
+    for _ in rollout.run(settle):
+        pass
+    settle(2.0)  # the last old pods terminate
+    writes, took = controller.writes - writes, time.monotonic() - started
+    wait_until(lambda: metric(watcher, "watcher_deltas_seen_total", kind="EndpointSlice") >= 1 + writes)
+    got = hints(deltas(sqs, url, expect=1))
+    assert sum(d.object["changes"] for d in got) == writes  # every slice write is in a hint
+    assert len(got) < writes and len(got) <= 2 + took / 0.25, (writes, len(got), took)
+    (final,) = emulator.list("endpointslices", "default")
+    assert got[-1].object == {"slices": 1, "deleted": 0, "changes": got[-1].object["changes"]}
+    assert len(final["endpoints"]) == 20
