@@ -160,7 +160,9 @@ class EndpointHints:
                 continue
             queued += 1
             self._metrics.endpoint_hints.labels(outcome="queued").inc()
-            log.debug("endpoint hint", extra={"key": service, "changes": pending.changes, **delta.object})
+            log.debug(
+                "endpoint hint", extra={"key": service, "changes": pending.changes, "slices": len(states[service])}
+            )
         return queued
 
 
@@ -197,8 +199,8 @@ class SliceInformer(Informer):
         self, event_type: str, obj: dict[str, Any], observed_at: float, *, force: bool = False, wait: bool = False
     ) -> None:
         # `force` (a relist after an overflow) is the Service informer's business; `wait`: nothing is buffered here.
-        self._metrics.deltas_seen.labels(kind=KIND).inc()
         self._hints.observe(event_type, obj, observed_at)
+        self._metrics.deltas_seen.labels(kind=KIND).inc()  # after: once counted, its change is marked
 
     def _relisted(self, listed: set[str], observed_at: float) -> None:
         self._hints.relisted(listed, observed_at)
