@@ -1,4 +1,5 @@
-"""Wiring: two informers -> one bounded buffer -> one sender, plus resync timer and health server."""
+"""Wiring: informers of Services and Nodes -> one bounded buffer -> one sender; the EndpointSlice informer -> the
+endpoint hints' coalescer -> the same buffer; plus resync timer and health server."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ccm.k8s.rest import KubeRest
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
 from watcher.config import Config
+from watcher.endpoint_hints import EndpointHints, SliceInformer
 from watcher.health import HealthServer
 from watcher.informer import Informer
 from watcher.metrics import Metrics
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 # How long the sender's own loop may go without a heartbeat: one SQS call with botocore's retries plus a full
 # backoff, with margin.
 SENDER_MAX_QUIET_SECONDS = 120.0
+# The endpoint hints' flusher wakes every second and never blocks (the buffer refuses rather than waits).
+HINTS_MAX_QUIET_SECONDS = 30.0
 
 
 def seconds_to_next_resync(now: float, period: float) -> float:
@@ -82,12 +86,24 @@ class Watcher:
             "page_size": config.list_page_size,
             "watch_timeout_seconds": config.watch_timeout_seconds,
         }
-        self.informers = {
-            "Service": Informer(
-                "Service", self._api, "/api/v1/services", self.buffer, self.metrics, backoff=backoff(), **common
-            ),
+        services = Informer(
+            "Service", self._api, "/api/v1/services", self.buffer, self.metrics, backoff=backoff(), **common
+        )
+        # ENDPOINTS hints for `ip` target-mode Services, judged against the Service informer's cache.
+        self.endpoint_hints = EndpointHints(
+            self.buffer,
+            self.metrics,
+            services.remembered,
+            services.synced,
+            window=config.endpoints_window_seconds,
+        )
+        self.informers: dict[str, Informer] = {
+            "Service": services,
             "Node": Informer(
                 "Node", self._api, "/api/v1/nodes", self.buffer, self.metrics, backoff=backoff(), **common
+            ),
+            "EndpointSlice": SliceInformer(
+                self._api, self.endpoint_hints, self.buffer, self.metrics, backoff=backoff(), **common
             ),
         }
         self.sender = Sender(
@@ -115,6 +131,7 @@ class Watcher:
         )
         self._health.start()
         self.sender.start()
+        self.endpoint_hints.start()
         for informer in self.informers.values():
             informer.start()
         self._resync_thread = threading.Thread(target=self._resync_loop, name="watcher-resync", daemon=True)
@@ -131,6 +148,7 @@ class Watcher:
             informer.request_stop()  # all at once: their shutdowns overlap instead of adding up
         for informer in self.informers.values():
             informer.stop()
+        self.endpoint_hints.stop()  # its pending hints go to the buffer, ahead of the sender's last flush
         flushed = self.sender.stop(self.config.shutdown_timeout if flush_timeout is None else flush_timeout)
         if self._health is not None:
             self._health.stop()
@@ -156,12 +174,16 @@ class Watcher:
             f"informer_{kind}": informer.alive and now - informer.heartbeat < informer.max_quiet_seconds
             for kind, informer in self.informers.items()
         }
+        loops["endpoint_hints"] = (
+            self.endpoint_hints.alive and now - self.endpoint_hints.heartbeat < HINTS_MAX_QUIET_SECONDS
+        )
         loops["sender"] = self.sender.alive and now - self.sender.heartbeat < SENDER_MAX_QUIET_SECONDS
         loops["resync"] = self._resync_thread is not None and self._resync_thread.is_alive()
         return self._started and not self._stopping.is_set() and all(loops.values()), {"loops": loops}
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Initial lists done for both kinds and SQS answered recently."""
+        """Initial lists done for every kind (EndpointSlices included: without them `ip` Services would miss their
+        hints, e.g. under a ClusterRole of an older release) and SQS answered recently."""
         synced = {kind: informer.synced.is_set() for kind, informer in self.informers.items()}
         reachable = self.sender.reachable
         ok = self._started and not self._stopping.is_set() and all(synced.values()) and reachable

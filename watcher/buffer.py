@@ -3,6 +3,9 @@
 Coalescing: a newer delta for the same (kind, key, uid) replaces the pending one in place. Deltas are hints
 (reconcilers re-read), so only the newest matters. The uid is part of the coalescing key on purpose: the
 DELETED of an old incarnation must survive a re-creation under the same name, or its load balancer would leak.
+An ENDPOINTS hint has a lane of its own (it coalesces with ENDPOINTS only): a reconcile of an unchanged spec may
+trust its checkpoint and skip the targets, and a hint must never replace a pending change of the Service. A
+DELETED drops the pending ENDPOINTS of its (key, uid): the delete covers them.
 
 Ordering: SQS FIFO orders per MessageGroupId (= key). A batch never holds two entries of the same group and
 failed entries go back to the *front*, so a partially failed batch cannot reorder one key's deltas.
@@ -17,9 +20,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from ccm.contracts.messages import KINDS, Delta
+from ccm.contracts.messages import ENDPOINTS, KINDS, Delta
 
-_CoalesceKey = tuple[str, str]  # (key, uid) within one kind's queue
+_CoalesceKey = tuple[str, str, bool]  # (key, uid, is an ENDPOINTS hint) within one kind's queue
 
 # Bounds how far past same-group entries a batch looks for other groups; keeps take() O(1)-ish.
 _SCAN_LIMIT = 256
@@ -45,9 +48,10 @@ class DeltaBuffer:
 
     def put(self, delta: Delta) -> bool:
         """Queue a delta; False when it had to be refused because the buffer is full."""
-        ck = (delta.key, delta.uid)
+        ck = _coalesce_key(delta)
         with self._cond:
             queue = self._queues[delta.kind]
+            self._drop_covered_hint(queue, delta)
             if ck in queue:
                 queue[ck] = delta
                 return True
@@ -60,9 +64,10 @@ class DeltaBuffer:
 
     def put_wait(self, delta: Delta, timeout: float) -> bool:
         """Queue a delta, waiting up to timeout for room; never marks an overflow (the caller retries)."""
-        ck = (delta.key, delta.uid)
+        ck = _coalesce_key(delta)
         with self._cond:
             queue = self._queues[delta.kind]
+            self._drop_covered_hint(queue, delta)
             if ck not in queue and not self._cond.wait_for(lambda: self._size() < self.capacity, timeout):
                 return False
             queue[ck] = delta
@@ -103,13 +108,18 @@ class DeltaBuffer:
             self._inflight -= len(items)
             for delta in reversed(items):
                 queue = self._queues[delta.kind]
-                ck = (delta.key, delta.uid)
+                ck = _coalesce_key(delta)
                 if ck not in queue:
                     queue[ck] = delta
                 # else: a newer delta for the same object arrived meanwhile and wins, but it takes the failed
                 # one's place so it still precedes later deltas of the same key.
                 queue.move_to_end(ck, last=False)
             self._cond.notify_all()
+
+    @staticmethod
+    def _drop_covered_hint(queue: OrderedDict[_CoalesceKey, Delta], delta: Delta) -> None:
+        if delta.type == "DELETED":
+            queue.pop((delta.key, delta.uid, True), None)
 
     def take_overflowed(self) -> set[str]:
         with self._cond:
@@ -124,3 +134,7 @@ class DeltaBuffer:
     def wait_empty(self, timeout: float) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: self._size() == 0, timeout)
+
+
+def _coalesce_key(delta: Delta) -> _CoalesceKey:
+    return delta.key, delta.uid, delta.type == ENDPOINTS

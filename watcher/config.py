@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from watcher.endpoints import DEFAULT_WINDOW_SECONDS
+
 ENV_PREFIX = "WATCHER_"
 
 # The SYNC of every LoadBalancer Service: the safety net for a lost delta. Hourly: the sweeper finds drifted
@@ -15,6 +17,8 @@ ENV_PREFIX = "WATCHER_"
 # the AWS Load Balancer Controller every 10 h. Each SYNC is a Lambda record: a 10-minute period costs six times
 # the records, logs and read units for what the deltas and the sweeper already cover (docs/performance.md, cost).
 DEFAULT_RESYNC_SECONDS = 3600.0
+# Every second of window is a second more before a new pod receives traffic or a terminating one stops receiving it.
+MAX_ENDPOINTS_WINDOW_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,8 @@ class Config:
     sqs_ready_window_seconds: float = 60.0
     # Heartbeat to the services queue (-> its deletion feeds the watcher-silence alarm; its lag is logged).
     heartbeat_seconds: float = 60.0
+    # How long a Service's EndpointSlice changes are merged into one ENDPOINTS hint (watcher/endpoints.py).
+    endpoints_window_seconds: float = DEFAULT_WINDOW_SECONDS
 
 
 # (flag, Config field, type, help). The env var is WATCHER_<FIELD upper-cased>.
@@ -58,6 +64,12 @@ _FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--shutdown-timeout", "shutdown_timeout", float, "max seconds spent flushing to SQS on shutdown"),
     ("--watch-timeout-seconds", "watch_timeout_seconds", int, "minimum server-side timeout of one watch request"),
     ("--heartbeat-seconds", "heartbeat_seconds", float, "heartbeat period (to the services queue); 0 = off"),
+    (
+        "--endpoints-window-seconds",
+        "endpoints_window_seconds",
+        float,
+        "window merging a Service's EndpointSlice changes into one ENDPOINTS hint (ip target mode)",
+    ),
 )
 
 
@@ -88,6 +100,8 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
         parser.error("--buffer-size must be >= 1")
     if args.heartbeat_seconds < 0:
         parser.error("--heartbeat-seconds must be >= 0 (0 = off)")
+    if not 0 <= args.endpoints_window_seconds <= MAX_ENDPOINTS_WINDOW_SECONDS:
+        parser.error(f"--endpoints-window-seconds must be between 0 and {MAX_ENDPOINTS_WINDOW_SECONDS:g}")
     if args.resync_seconds <= 0:
         parser.error("--resync-seconds must be > 0")
     return Config(**{field: getattr(args, field) for _, field, _, _ in _FLAGS})

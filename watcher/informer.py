@@ -183,18 +183,12 @@ class Informer:
             for obj in page.get("items") or ():
                 if self._stop.is_set():
                     return
-                listed.add(relevance.key_of(self.kind, obj))
+                listed.add(self._key(obj))
                 self._observe("SYNC", obj, observed_at, force=force, wait=True)
             token = meta.get("continue")
             if not token:
                 break
-        with self._lock:
-            gone = relevance.vanished(self.kind, self._cache, listed, observed_at)
-        for delta in gone:
-            if self._put(delta, wait=True):
-                with self._lock:
-                    self._cache.pop(delta.key, None)
-        self._metrics.cache_entries.labels(kind=self.kind).set(len(self._cache))
+        self._relisted(listed, observed_at)
         self.resource_version = resource_version
         if not self.synced.is_set():
             self.synced.set()
@@ -260,7 +254,25 @@ class Informer:
             not_older_than=resource_version,
         )
 
-    # --- cache -----------------------------------------------------------------------------------------------
+    # --- cache (what a subclass for another kind overrides: watcher.endpoints.SliceInformer) -------------------
+    def _key(self, obj: dict[str, Any]) -> str:
+        return relevance.key_of(self.kind, obj)
+
+    def _relisted(self, listed: set[str], observed_at: float) -> None:
+        """After a full list: tombstones for the remembered objects it no longer returned."""
+        with self._lock:
+            gone = relevance.vanished(self.kind, self._cache, listed, observed_at)
+        for delta in gone:
+            if self._put(delta, wait=True):
+                with self._lock:
+                    self._cache.pop(delta.key, None)
+        self._metrics.cache_entries.labels(kind=self.kind).set(len(self._cache))
+
+    def remembered(self, key: str) -> relevance.CacheEntry | None:
+        """The entry kept for `key` (relevant Services keep their trimmed object), for other threads to read."""
+        with self._lock:
+            return self._cache.get(key)
+
     def _observe(
         self, event_type: str, obj: dict[str, Any], observed_at: float, *, force: bool = False, wait: bool = False
     ) -> None:

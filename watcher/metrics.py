@@ -65,6 +65,25 @@ class Metrics:
         )
         self.cache_entries = Gauge("watcher_cache_entries", "Objects remembered per kind", ["kind"], registry=r)
         self.synced = Gauge("watcher_synced", "1 once the initial list of the kind is done", ["kind"], registry=r)
+        self.endpoint_hints = Counter(
+            "watcher_endpoint_hints_total",
+            "ENDPOINTS hints whose window closed: queued for SQS, or dropped (the Service left ip mode or is gone)",
+            ["outcome"],
+            registry=r,
+        )
+        self.endpoint_changes_coalesced = Counter(
+            "watcher_endpoint_changes_coalesced_total",
+            "EndpointSlice changes merged into a Service's hint already pending (no message of their own)",
+            registry=r,
+        )
+        self.endpoint_pending = Gauge(
+            "watcher_endpoint_pending_services", "Services with an ENDPOINTS hint waiting for its window", registry=r
+        )
+        for outcome in ("queued", "dropped"):
+            self.endpoint_hints.labels(outcome=outcome)
+        for family in (self.deltas_seen, self.dropped_irrelevant):
+            family.labels(kind="EndpointSlice")
+        self.synced.labels(kind="EndpointSlice").set(0)
         for kind in ("Service", "Node"):
             # Pre-create the label sets so dashboards see zeros rather than missing series.
             for family in (self.deltas_seen, self.deltas_sent, self.deltas_failed, self.dropped_irrelevant):

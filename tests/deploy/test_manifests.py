@@ -77,11 +77,12 @@ def _rest_call(path: Path, method: str, path_expr: str) -> tuple[str, str]:
 
 
 def granted(role: Obj) -> set[tuple[str, str]]:
+    """(resource, verb) pairs; a resource of a named API group as kubectl spells it: endpointslices.discovery.k8s.io."""
     out: set[tuple[str, str]] = set()
     for rule in role["rules"]:
-        assert rule["apiGroups"] == [""], "only core resources are used"
+        (group,) = rule["apiGroups"]
         assert "resourceNames" not in rule
-        out |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+        out |= {(f"{r}.{group}" if group else r, v) for r in rule["resources"] for v in rule["verbs"]}
     return out
 
 
@@ -216,17 +217,18 @@ def test_the_image_user_is_the_one_the_pod_runs_as() -> None:
 # ---------------------------------------------------------------------- RBAC = exactly what the code calls
 
 
-def test_watcher_role_is_list_and_watch_of_services_and_nodes_only() -> None:
+def test_watcher_role_is_list_and_watch_of_services_nodes_and_endpointslices_only() -> None:
     objs = render("base")
     role = find(objs, "ClusterRole", "serverless-ccm:watcher")
     # The informers list and then watch the collections watcher/app.py gives them (watcher/informer.py, through
     # ccm.k8s.watch); no other Kubernetes call is made by the watcher.
     assert k8s_calls(REPO / "watcher") == set()
-    collections = {
-        m for path in (REPO / "watcher").glob("*.py") for m in re.findall(r'"/api/v1/(\w+)"', path.read_text())
+    sources = [path.read_text() for path in (REPO / "watcher").glob("*.py")]
+    collections = {m for text in sources for m in re.findall(r'"/api/v1/(\w+)"', text)} | {
+        f"{resource}.{group}" for text in sources for group, resource in re.findall(r'"/apis/([\w.]+)/v1/(\w+)"', text)
     }
     listed = {(resource, "list") for resource in collections}
-    assert listed == {("services", "list"), ("nodes", "list")}
+    assert listed == {("services", "list"), ("nodes", "list"), ("endpointslices.discovery.k8s.io", "list")}
     assert granted(role) == listed | {(r, "watch") for r, _ in listed}
     binding = find(objs, "ClusterRoleBinding", "serverless-ccm:watcher")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

@@ -150,6 +150,14 @@ def test_watcher_token_can_list_and_watch_and_nothing_else(cluster: Emulator, tm
     assert cluster.get("services", "default", "web") is not None
     log = [e for e in cluster.request_log.snapshot() if e["user"] == WATCHER_USER]
     assert [e["status"] for e in log] == [200, 200, 200, 403, 403, 403, 403]
+    # EndpointSlices of all namespaces (the ENDPOINTS hints of ip target-mode Services): list and watch only.
+    discovery = kubernetes.client.DiscoveryV1Api(core.api_client)
+    assert discovery.list_endpoint_slice_for_all_namespaces().items == []
+    assert (
+        list(kubernetes.watch.Watch().stream(discovery.list_endpoint_slice_for_all_namespaces, timeout_seconds=1)) == []
+    )
+    status = refused(lambda: discovery.delete_collection_namespaced_endpoint_slice("default"))
+    assert 'cannot deletecollection resource "endpointslices" in API group "discovery.k8s.io"' in status["message"]
 
 
 def test_service_reconciler_group_gets_exactly_its_verbs(cluster: Emulator, tmp_path: Path) -> None:

@@ -117,3 +117,38 @@ def test_long_group_ids_are_hashed():
 def test_invalid_bodies_are_rejected_with_a_reason(body, reason):
     with pytest.raises(messages.InvalidDelta, match=reason):
         messages.parse_delta(body)
+
+
+def test_endpoints_hint_round_trip_group_and_dedup_class():
+    hint = messages.endpoints_hint("default/web", "uid-1", {"web-a": "5"}, {"web-b": "3"}, observed_at=10.0, changes=4)
+    parsed = messages.parse_delta(hint.to_body())
+    assert parsed == hint
+    assert (parsed.kind, parsed.type, parsed.uid) == ("Service", "ENDPOINTS", "uid-1")
+    assert parsed.group_id == messages.message_group_id("default/web")  # ordered with the Service's reconciles
+    assert parsed.object == {"slices": 1, "deleted": 1, "changes": 4}
+    assert parsed.resource_version.startswith("endpoints-") and len(parsed.resource_version) <= 64
+    # Its own deduplication class: never equal to an upsert's id even with the same uid and "resourceVersion".
+    assert parsed.deduplication_id != messages.deduplication_id("uid-1", parsed.resource_version, "SYNC")
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj"),
+    [
+        ("Node", {"slices": 1}),
+        ("Service", {"slices": 1, "type": "LoadBalancer"}),  # would read as "was ours" to ccm.service.decisions
+        ("Service", {"finalizers": ["service.kubernetes.io/load-balancer-cleanup"]}),
+    ],
+)
+def test_endpoints_hints_carry_no_service_fields_and_name_a_service(kind, obj):
+    body = {
+        "v": 1,
+        "kind": kind,
+        "type": "ENDPOINTS",
+        "key": "default/web",
+        "uid": "u",
+        "resourceVersion": "endpoints-x",
+        "observedAt": 1,
+        "object": obj,
+    }
+    with pytest.raises(messages.InvalidDelta, match="ENDPOINTS goes with kind Service"):
+        messages.parse_delta(json.dumps(body))

@@ -14,6 +14,8 @@ def test_each_kind_only_from_its_owners():
     assert sender_refusal("Service", "HOSTS", "AROANODES:fn", senders) is None
     assert sender_refusal("Service", "SYNC", "AROASWEEPER:fn", senders) is None
     assert sender_refusal("Node", "MODIFIED", "AROAWATCHER:pod-1", senders) is None
+    assert sender_refusal("Service", "ENDPOINTS", "AROAWATCHER:pod-1", senders) is None
+    assert sender_refusal("Service", "ENDPOINTS", "AROANODES:fn", senders) is not None
     # What a compromised (or buggy) function could forge: refused.
     assert "watcher only, not by AROANODES:fn" in (sender_refusal("Service", "DELETED", "AROANODES:fn", senders) or "")
     assert sender_refusal("Service", "MODIFIED", "AROASWEEPER:fn", senders) is not None

@@ -6,6 +6,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -13,8 +14,11 @@ import pytest
 from botocore.config import Config as BotoConfig
 from moto.server import ThreadedMotoServer
 
+from ccm.contracts.messages import Delta, parse_delta
 from devstack.k8s_emulator import Emulator
 from devstack.queues import faithful_moto_sqs_message_size
+from watcher.app import Watcher
+from watcher.config import Config
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -103,3 +107,49 @@ def receive_all(sqs: Any, url: str, expect: int | None = None, timeout: float = 
                 break
         time.sleep(0.05)
     return messages
+
+
+MakeWatcher = Callable[..., Watcher]
+
+
+@pytest.fixture
+def make_watcher(emulator: Emulator, tmp_path: Path, sqs: Any, queues: dict[str, str]) -> Iterator[MakeWatcher]:
+    started: list[Watcher] = []
+    kubeconfig = emulator.write_kubeconfig(str(tmp_path / "kubeconfig"))
+
+    def make(sqs_override: Any = None, wait_ready: bool = True, **overrides: Any) -> Watcher:
+        settings: dict[str, Any] = {
+            "services_queue_url": queues["Service"],
+            "nodes_queue_url": queues["Node"],
+            "kubeconfig": kubeconfig,
+            "health_host": "127.0.0.1",
+            "health_port": 0,
+            "watch_timeout_seconds": 30,
+            "backoff_initial": 0.05,
+            "backoff_max": 0.4,
+            "sqs_probe_seconds": 0.3,
+            "heartbeat_seconds": 0,  # heartbeats would add messages to the counts below; see test_heartbeat*
+            **overrides,
+        }
+        watcher = Watcher(Config(**settings), sqs=sqs_override or sqs)
+        watcher.start()
+        started.append(watcher)
+        if wait_ready:
+            wait_until(lambda: watcher.ready, timeout=10)
+        return watcher
+
+    yield make
+    for watcher in started:
+        watcher.stop(flush_timeout=1)
+
+
+def deltas(sqs: Any, url: str, expect: int | None = None) -> list[Delta]:
+    return [parse_delta(m["Body"]) for m in receive_all(sqs, url, expect=expect)]
+
+
+def summary(items: list[Delta]) -> list[tuple[str, str]]:
+    return [(d.type, d.key) for d in items]
+
+
+def metric(watcher: Watcher, name: str, **labels: str) -> float:
+    return watcher.metrics.registry.get_sample_value(name, labels) or 0.0

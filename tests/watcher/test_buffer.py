@@ -84,3 +84,21 @@ def test_take_waits_for_a_producer() -> None:
     started = time.monotonic()
     assert [d.key for d in buf.take(timeout=5)] == ["ns/a"]
     assert time.monotonic() - started < 4
+
+
+def test_an_endpoints_hint_never_replaces_a_pending_change_of_its_service() -> None:
+    # A reconcile of an unchanged spec may trust its checkpoint and skip the targets: the hint keeps its own place.
+    buf = DeltaBuffer(10)
+    buf.put(delta("ns/a", rv="1", type_="MODIFIED"))
+    buf.put(delta("ns/a", rv="endpoints-1", type_="ENDPOINTS"))
+    buf.put(delta("ns/a", rv="endpoints-2", type_="ENDPOINTS"))  # hints coalesce among themselves
+    buf.put(delta("ns/a", rv="2", type_="MODIFIED"))
+    assert len(buf) == 2
+    first, second = buf.take(), buf.take()
+    assert [(d.type, d.resource_version) for d in first + second] == [("MODIFIED", "2"), ("ENDPOINTS", "endpoints-2")]
+
+    # A DELETED drops the pending hint of its Service (same uid): the delete covers it.
+    buf.put(delta("ns/a", rv="endpoints-3", type_="ENDPOINTS"))
+    buf.put(delta("ns/a", uid="other", rv="endpoints-1", type_="ENDPOINTS"))
+    buf.put(delta("ns/a", rv="3", type_="DELETED"))
+    assert sorted((d.uid, d.type) for d in buf.take() + buf.take()) == [("other", "ENDPOINTS"), ("u", "DELETED")]

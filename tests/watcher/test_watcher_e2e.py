@@ -6,8 +6,7 @@ import copy
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,55 +15,17 @@ from moto.server import ThreadedMotoServer
 from ccm.contracts.messages import Delta, parse_delta
 from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.store import FUTURE_WATCH_SHAPES, FUTURE_WATCH_SILENT
-from tests.watcher.conftest import free_port, receive_all, sqs_client, wait_until
+from tests.watcher.conftest import (
+    MakeWatcher,
+    deltas,
+    free_port,
+    metric,
+    receive_all,
+    sqs_client,
+    summary,
+    wait_until,
+)
 from tests.watcher.objects import node, service
-from watcher.app import Watcher
-from watcher.config import Config
-
-MakeWatcher = Callable[..., Watcher]
-
-
-@pytest.fixture
-def make_watcher(emulator: Emulator, tmp_path: Path, sqs: Any, queues: dict[str, str]) -> Iterator[MakeWatcher]:
-    started: list[Watcher] = []
-    kubeconfig = emulator.write_kubeconfig(str(tmp_path / "kubeconfig"))
-
-    def make(sqs_override: Any = None, wait_ready: bool = True, **overrides: Any) -> Watcher:
-        settings: dict[str, Any] = {
-            "services_queue_url": queues["Service"],
-            "nodes_queue_url": queues["Node"],
-            "kubeconfig": kubeconfig,
-            "health_host": "127.0.0.1",
-            "health_port": 0,
-            "watch_timeout_seconds": 30,
-            "backoff_initial": 0.05,
-            "backoff_max": 0.4,
-            "sqs_probe_seconds": 0.3,
-            "heartbeat_seconds": 0,  # heartbeats would add messages to the counts below; see test_heartbeat*
-            **overrides,
-        }
-        watcher = Watcher(Config(**settings), sqs=sqs_override or sqs)
-        watcher.start()
-        started.append(watcher)
-        if wait_ready:
-            wait_until(lambda: watcher.ready, timeout=10)
-        return watcher
-
-    yield make
-    for watcher in started:
-        watcher.stop(flush_timeout=1)
-
-
-def deltas(sqs: Any, url: str, expect: int | None = None) -> list[Delta]:
-    return [parse_delta(m["Body"]) for m in receive_all(sqs, url, expect=expect)]
-
-
-def summary(items: list[Delta]) -> list[tuple[str, str]]:
-    return [(d.type, d.key) for d in items]
-
-
-def metric(watcher: Watcher, name: str, **labels: str) -> float:
-    return watcher.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 def edit(
@@ -350,9 +311,13 @@ def test_health_readiness_and_metrics_endpoints(
     emulator.faults.fail_next(10_000, status=503, method="GET", path_regex=r"^/api/v1/nodes$")
     watcher = make_watcher(wait_ready=False)
     port = watcher.health_port
-    wait_until(lambda: watcher.informers["Service"].synced.is_set() and watcher.sender.reachable)
+    wait_until(
+        lambda: (
+            all(watcher.informers[k].synced.is_set() for k in ("Service", "EndpointSlice")) and watcher.sender.reachable
+        )
+    )
     status, body = http_get(port, "/readyz")
-    assert status == 503 and json.loads(body)["synced"] == {"Service": True, "Node": False}
+    assert status == 503 and json.loads(body)["synced"] == {"Service": True, "Node": False, "EndpointSlice": True}
     assert http_get(port, "/healthz")[0] == 200  # retrying the API is not being wedged
 
     emulator.faults.clear()

@@ -8,6 +8,7 @@ for an assumed role such as a Lambda function or a Pod Identity / IRSA session).
 | services | Service ADDED, MODIFIED, DELETED, SYNC; HEARTBEAT | the watcher                  |
 | services | Service SYNC (re-enqueued drift)               | the sweeper                     |
 | services | Service HOSTS                                  | the nodes function              |
+| services | Service ENDPOINTS                              | the watcher                     |
 | nodes    | Node deltas                                    | the watcher                     |
 | routes   | Route NODE (a forwarded node change)           | the nodes function              |
 
@@ -34,6 +35,7 @@ OWNERS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
     **{("Service", t): frozenset({WATCHER}) for t in _DELTA_TYPES},
     ("Service", "SYNC"): frozenset({WATCHER, SWEEPER}),
     ("Service", "HOSTS"): frozenset({NODES}),
+    ("Service", "ENDPOINTS"): frozenset({WATCHER}),  # its EndpointSlices changed (ccm.contracts.messages)
     ("Watcher", "HEARTBEAT"): frozenset({WATCHER}),
     **{("Node", t): frozenset({WATCHER}) for t in _DELTA_TYPES},
     ("Route", "NODE"): frozenset({NODES}),

@@ -6,9 +6,10 @@ changed and carry enough (trimmed) fields to decide cheaply whether it matters. 
     {
       "v": 1,                               # schema version
       "kind": "Service" | "Node" | "Watcher",
-      "type": "ADDED" | "MODIFIED" | "DELETED" | "SYNC" | "HOSTS" | "HEARTBEAT",
+      "type": "ADDED" | "MODIFIED" | "DELETED" | "SYNC" | "HOSTS" | "ENDPOINTS" | "HEARTBEAT",
                                              # SYNC = relist / periodic resync; HOSTS = the Service's member
-                                             # nodes changed (sent by the nodes Lambda, see ccm.membership)
+                                             # nodes changed (sent by the nodes Lambda, see ccm.membership);
+                                             # ENDPOINTS = the Service's EndpointSlices changed (see below)
       "key": "<namespace>/<name>" | "<node name>",
       "uid": "<metadata.uid>",
       "resourceVersion": "<metadata.resourceVersion>",
@@ -31,6 +32,21 @@ or a second watcher collapses inside the 5-minute FIFO window. ADDED, MODIFIED a
 which one an earlier watcher sent. A DELETED's id is sha256(uid/delete): a uid is deleted once, whichever RV a
 watcher saw it with.
 
+Endpoints hint (kind "Service", type "ENDPOINTS", only on the services queue, sent by the watcher): "the
+EndpointSlices of Service <namespace>/<name> changed", for Services in `ip` target mode only
+(`service.beta.kubernetes.io/aws-load-balancer-nlb-target-type: ip`). The reconciler re-reads the slices from the
+API (label `kubernetes.io/service-name`), so nothing in it is authoritative. key and MessageGroupId are the
+Service's (ordered with its reconciles), uid is the Service's uid as the watcher last saw it, resourceVersion is
+"endpoints-<digest>" (not a Kubernetes resourceVersion): a digest of the slice state the watcher saw, the sorted
+(slice name, resourceVersion) of the Service's slices plus (name, last resourceVersion) of the ones deleted since
+its previous hint. resourceVersions are unique, so every later change yields a new digest, while two watcher
+replicas that saw the same state send the same one and collapse inside the FIFO window (deduplication id
+sha256(uid/resourceVersion/endpoints)). observedAt is when the first change merged into it was seen (the watcher
+coalesces a Service's changes for a short window: watcher/endpoints.py). object holds counts for logs only:
+{"slices": <slices now>, "deleted": <slices deleted since the previous hint>, "changes": <slice changes merged>};
+it never carries Service fields (parse_delta refuses `type` and `finalizers` there), so a hint can never read as
+"this was a LoadBalancer" and cause a delete.
+
 Heartbeat (kind "Watcher", type "HEARTBEAT", only on the services queue): the watcher proves it is alive once per
 heartbeat period (60 s by default) through the queue, since its role may only send to SQS. key "watcher/heartbeat"
 (its own message group), uid "heartbeat", resourceVersion = the start of the period in unix seconds, observedAt =
@@ -45,6 +61,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -52,7 +69,9 @@ import fastjsonschema
 
 SCHEMA_VERSION: Final = 1
 KINDS: Final = ("Service", "Node")
-EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED", "SYNC", "HOSTS")
+# "the Service's EndpointSlices changed" (module docstring); the watcher's only delta that is not an object's own.
+ENDPOINTS: Final = "ENDPOINTS"
+EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED", "SYNC", "HOSTS", ENDPOINTS)
 # Not an object kind: not in KINDS, so the watcher's per-kind buffers and every `kind == "Node"` filter skip it.
 WATCHER_KIND: Final = "Watcher"
 HEARTBEAT: Final = "HEARTBEAT"
@@ -144,6 +163,9 @@ def message_group_id(key: str) -> str:
 
 
 def deduplication_id(uid: str, resource_version: str, event_type: str) -> str:
+    if event_type == ENDPOINTS:
+        # Its own class: the "resourceVersion" is the slice-state digest, never an object's (endpoints_hint).
+        return hashlib.sha256(f"{uid}/{resource_version}/endpoints".encode()).hexdigest()
     if event_type == "DELETED":
         # An object (uid) is deleted once, ever: the watched DELETED of one watcher replica (deletion RV) and the
         # DELETED another one synthesises after a relist (last RV it knew) must collapse, so the RV stays out.
@@ -169,6 +191,10 @@ def parse_delta(body: str) -> Delta:
         not_before = data["object"].get("notBefore", 0)
         if data["kind"] != "Service" or isinstance(not_before, bool) or not isinstance(not_before, (int, float)):
             raise InvalidDelta("HOSTS goes with kind Service and a numeric object.notBefore")
+    # ccm.service.decisions reads object.type/finalizers as "was ours" (a gone Service's LB is then deleted by uid): a
+    # hint about slices must never say that.
+    if data["type"] == ENDPOINTS and (data["kind"] != "Service" or {"type", "finalizers"} & data["object"].keys()):
+        raise InvalidDelta("ENDPOINTS goes with kind Service and an object without Service fields")
     return Delta(
         kind=data["kind"],
         type=data["type"],
@@ -280,4 +306,27 @@ def heartbeat_for(replica: str, now: float, period_seconds: float) -> Delta:
         resource_version=str(int(now) // period * period),
         observed_at=now,
         object={"replica": replica[:253]},
+    )
+
+
+def endpoints_hint(
+    key: str,
+    uid: str,
+    slices: Mapping[str, str],
+    deleted: Mapping[str, str],
+    observed_at: float,
+    changes: int = 1,
+) -> Delta:
+    """The ENDPOINTS hint for Service `key` (uid: the Service's). `slices`: name -> resourceVersion of its slices now;
+    `deleted`: name -> last resourceVersion of those deleted since the previous hint (module docstring)."""
+    state = [sorted(slices.items()), sorted(deleted.items())]
+    digest = hashlib.blake2b(json.dumps(state, separators=(",", ":")).encode(), digest_size=16).hexdigest()
+    return Delta(
+        kind="Service",
+        type=ENDPOINTS,
+        key=key,
+        uid=uid,
+        resource_version=f"endpoints-{digest}",
+        observed_at=observed_at,
+        object={"slices": len(slices), "deleted": len(deleted), "changes": changes},
     )
