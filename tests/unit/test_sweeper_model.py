@@ -11,6 +11,7 @@ from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
 from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.contracts import kube as p
+from ccm.contracts.cluster import Cluster
 from ccm.sweeper import drift as d
 from ccm.sweeper.model import Action, Kind, Resource, View, decide, forgotten, orphan_reason, owner_of, wanted
 from tests.factories import service
@@ -20,6 +21,7 @@ CLASS = "ccm.aws/serverless"
 VPC = "vpc-1"
 NOW = 1_000_000.0
 GRACE = 1800.0
+C = Cluster(CLUSTER, VPC, CLASS, default_lb_type="nlb")
 TYPE = "service.beta.kubernetes.io/aws-load-balancer-type"
 
 
@@ -78,10 +80,11 @@ def judge(
     resource: Resource, services: list[dict[str, Any]], others: list[Resource] = (), claim_unclassed: bool = True
 ) -> tuple[bool, str]:
     services_by_key = {f"default/{x['metadata']['name']}": x for x in services}
-    view = View(services_by_key, [resource, *others], claim_unclassed=claim_unclassed)
-    owner = owner_of(resource, CLUSTER)
+    view = View(services_by_key, [resource, *others])
+    cluster = replace(C, claim_unclassed=claim_unclassed)
+    owner = owner_of(resource, cluster)
     assert owner is not None
-    return orphan_reason(resource, owner, view, CLASS, "nlb")
+    return orphan_reason(resource, owner, view, cluster)
 
 
 # -- ownership ------------------------------------------------------------------------------------------------------
@@ -154,8 +157,8 @@ def test_orphan_reasons(name: str) -> None:
 )
 def test_resources_not_ours_to_judge_get_no_decision(tags: dict[str, str]) -> None:
     resource = replace(nlb_of(svc("gone"))[0], tags=tags)
-    assert owner_of(resource, CLUSTER) is None
-    assert decide(View({}, [resource]), {}, NOW, GRACE, CLUSTER, CLASS, "nlb") == []
+    assert owner_of(resource, C) is None
+    assert decide(View({}, [resource]), {}, NOW, GRACE, C) == []
 
 
 # -- grace --------------------------------------------------------------------------------------------------------
@@ -172,7 +175,7 @@ def test_resources_not_ours_to_judge_get_no_decision(tags: dict[str, str]) -> No
 def test_grace_period(since: float | None, created: float | None, action: Action) -> None:
     orphan = replace(nlb_of(svc("gone"))[0], created=created)
     marks = {} if since is None else {orphan.key: since}
-    (decision,) = decide(View({}, [orphan]), marks, NOW, GRACE, CLUSTER, CLASS, "nlb")
+    (decision,) = decide(View({}, [orphan]), marks, NOW, GRACE, C)
     assert decision.orphan and decision.reason == "service-gone"
     assert decision.action is action
     assert decision.since == (NOW if since is None else since)
@@ -181,7 +184,7 @@ def test_grace_period(since: float | None, created: float | None, action: Action
 def test_a_resource_no_longer_orphaned_is_forgotten_and_vanished_ones_too() -> None:
     view = View({"default/web": LIVE}, [NLB, *NLB_TGS])
     marks = {NLB.key: NOW - 10, "arn:vanished": NOW - 99}
-    decisions = decide(view, marks, NOW, GRACE, CLUSTER, CLASS, "nlb")
+    decisions = decide(view, marks, NOW, GRACE, C)
     assert {dec.resource.key: dec.action for dec in decisions} == {
         NLB.key: Action.UNMARK,
         NLB_TGS[0].key: Action.KEEP,
@@ -195,7 +198,7 @@ def test_deletion_order_is_load_balancers_then_target_groups_then_security_group
     lb, tgs = nlb_of(gone)
     view = View({}, [sg_of(gone), *tgs, lb])
     marks = {r.key: NOW - GRACE for r in view.resources}
-    decisions = decide(view, marks, NOW, GRACE, CLUSTER, CLASS, "nlb")
+    decisions = decide(view, marks, NOW, GRACE, C)
     assert [dec.resource.kind for dec in decisions] == [
         Kind.NLB,
         Kind.TARGET_GROUP,
@@ -212,7 +215,7 @@ def with_status(s: dict[str, Any], hostname: str) -> dict[str, Any]:
 
 def drift_of(services: list[dict[str, Any]], resources: list[Resource], missing: set[str] = frozenset()) -> list[str]:
     view = View({f"default/{x['metadata']['name']}": x for x in services}, resources)
-    return [r for dr in d.find_drift(view, set(missing), NOW, GRACE, CLUSTER, VPC, CLASS, "nlb") for r in dr.reasons]
+    return [r for dr in d.find_drift(view, set(missing), NOW, GRACE, C) for r in dr.reasons]
 
 
 def test_an_nlb_as_built_has_no_drift() -> None:
@@ -259,7 +262,7 @@ def test_lb_missing_is_drift_only_once_confirmed() -> None:
     live = with_status(LIVE, NLB.dns_name)
     assert drift_of([live], []) == []  # the tagging API may just lag behind
     view = View({"default/web": live}, [])
-    assert d.missing_candidates(view, CLASS, "nlb") == [(Kind.NLB, NLB.name)]
+    assert d.missing_candidates(view, C) == [(Kind.NLB, NLB.name)]
     assert drift_of([live], [], missing={NLB.name}) == [
         f"load balancer {NLB.name} missing while the status shows {NLB.dns_name}"
     ]
@@ -278,7 +281,7 @@ def test_clb_drift() -> None:
 
 def test_a_pending_cleanup_with_its_lb_still_there_is_requeued() -> None:
     pending = {**LIVE, "metadata": {**LIVE["metadata"], "finalizers": [p.FINALIZER]}, "spec": {"type": "ClusterIP"}}
-    assert wanted(pending, CLASS, "nlb") is None
+    assert wanted(pending, C) is None
     assert drift_of([pending], [NLB]) == ["load balancer cleanup pending"]
     assert drift_of([pending], []) == []
 
@@ -286,8 +289,8 @@ def test_a_pending_cleanup_with_its_lb_still_there_is_requeued() -> None:
 def test_lbs_without_our_uid_tag_are_never_judged():
     """cloud-provider-aws, and the controller EKS runs for class-less Services, tag LBs with the cluster and the
     service name like us, but never with our UID tag: they are not ours to sweep."""
-    assert owner_of(replace(NLB, tags=tags_for(LIVE, uid=False)), CLUSTER) is None
-    assert owner_of(NLB, CLUSTER) is not None
+    assert owner_of(replace(NLB, tags=tags_for(LIVE, uid=False)), C) is None
+    assert owner_of(NLB, C) is not None
 
 
 def test_our_lb_of_a_class_less_service_we_no_longer_claim_is_an_orphan():
@@ -308,9 +311,9 @@ def test_a_shared_listener_group_no_lb_carries_is_collected_after_the_grace(role
     assert judge(group, [LIVE], [carried]) == (False, "in-use")
     assert judge(group, [LIVE], [NLB]) == (True, "unused-shared-group")
     view = View({}, [group])
-    (first,) = decide(view, {}, NOW, GRACE, CLUSTER, CLASS, "nlb")
+    (first,) = decide(view, {}, NOW, GRACE, C)
     assert first.action is Action.MARK
-    (later,) = decide(view, {group.key: NOW - GRACE}, NOW, GRACE, CLUSTER, CLASS, "nlb")
+    (later,) = decide(view, {group.key: NOW - GRACE}, NOW, GRACE, C)
     assert later.action is Action.DELETE and later.reason == "unused-shared-group"
 
 
@@ -320,5 +323,5 @@ def test_the_backend_group_and_another_clusters_shared_groups_are_never_judged()
         shared_group("frontend-listeners"),
         tags={"kubernetes.io/cluster/other": "owned", "serverless-ccm/role": "frontend-listeners"},
     )
-    assert owner_of(backend, CLUSTER) is None and owner_of(other, CLUSTER) is None
-    assert decide(View({}, [backend, other]), {}, NOW, GRACE, CLUSTER, CLASS, "nlb") == []
+    assert owner_of(backend, C) is None and owner_of(other, C) is None
+    assert decide(View({}, [backend, other]), {}, NOW, GRACE, C) == []

@@ -41,15 +41,15 @@ class Deleted(enum.StrEnum):
 
 
 class Actions:
-    def __init__(self, clients: AwsClients, groups: SecurityGroups, cluster_name: str, services_queue_url: str) -> None:
+    def __init__(self, clients: AwsClients, groups: SecurityGroups, cluster: Cluster, services_queue_url: str) -> None:
         self.clients = clients
         self.groups = groups
-        self.cluster_name = cluster_name
+        self.cluster = cluster
         self.services_queue_url = services_queue_url
 
     def delete(self, resource: Resource) -> Deleted:
         if not self._ours(resource):  # the model never asks; a last line of defence
-            raise ValueError(f"refusing to delete {resource.key}: not tagged as owned by {self.cluster_name}")
+            raise ValueError(f"refusing to delete {resource.key}: not tagged as owned by {self.cluster.name}")
         try:
             if resource.kind is Kind.NLB:
                 # Its listeners go with it; AWS answers a delete of a missing LB with success.
@@ -73,13 +73,12 @@ class Actions:
     def _ours(self, resource: Resource) -> bool:
         """The drivers' rule (`Cluster.claim`) on the UID the resource names, owned by this cluster; a shared group
         of the cluster (no UID: a role tag) is the cluster's."""
-        cluster = Cluster(self.cluster_name)
-        if not cluster.owns(resource.tags):
+        if not self.cluster.owns(resource.tags):
             return False
         uid = resource.tags.get(SERVICE_UID_TAG)
         if uid is None:
             return resource.tags.get(sgm.ROLE_TAG) is not None
-        return cluster.claim(resource.tags, uid) is Claim.OURS
+        return self.cluster.claim(resource.tags, uid) is Claim.OURS
 
     def _revoke_node_rules_from(self, group_id: str) -> None:
         """Node-group rules whose source is the group to delete: AWS refuses to delete a referenced group."""

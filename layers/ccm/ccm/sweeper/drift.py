@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
-from ccm.aws.lbconfig import LbType
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import InvalidServiceConfig, KubeObject
+from ccm.contracts.cluster import Cluster
 from ccm.sweeper.model import Kind, Resource, View, Wanted, cleanup_pending, wanted
 
 
@@ -28,11 +28,9 @@ class Drift:
     reasons: tuple[str, ...]
 
 
-def nlb_drift(
-    want: Wanted, lb: Resource, target_groups: Mapping[str, Resource], cluster_name: str, vpc_id: str
-) -> list[str]:
+def nlb_drift(want: Wanted, lb: Resource, target_groups: Mapping[str, Resource], cluster: Cluster) -> list[str]:
     try:
-        desired = nm.desired_nlb(want.service, want.config, (), cluster_name, vpc_id)
+        desired = nm.desired_nlb(want.service, want.config, (), cluster.name, cluster.vpc_id)
     except InvalidServiceConfig:
         return []
     attached = {
@@ -57,12 +55,12 @@ def nlb_drift(
     return reasons
 
 
-def clb_drift(want: Wanted, lb: Resource, cluster_name: str) -> list[str]:
+def clb_drift(want: Wanted, lb: Resource, cluster: Cluster) -> list[str]:
     if lb.clb is None:
         return []
-    desired = clb_model.desired_clb(want.service, want.config, (), cluster_name)
+    desired = clb_model.desired_clb(want.service, want.config, (), cluster.name)
     reasons: list[str] = []
-    for op in clb_model.plan(desired, lb.clb, cluster_name):
+    for op in clb_model.plan(desired, lb.clb, cluster.name):
         if isinstance(op, clb_model.DeleteListeners):
             reasons.append(f"listeners {', '.join(map(str, op.ports))} changed or unexpected")
         elif isinstance(op, clb_model.CreateListeners):
@@ -79,39 +77,26 @@ def _hostnames(svc: KubeObject) -> list[str]:
     return [str(i["hostname"]) for i in ingress if i.get("hostname")]
 
 
-def missing_candidates(view: View, our_class: str, default_lb_type: LbType) -> list[tuple[Kind, str]]:
+def missing_candidates(view: View, cluster: Cluster) -> list[tuple[Kind, str]]:
     """LBs the status says exist but the tagging API did not list: to confirm by name (it lags behind)."""
     found: list[tuple[Kind, str]] = []
     for svc in view.services.values():
-        want = wanted(svc, our_class, default_lb_type, view.claim_unclassed)
+        want = wanted(svc, cluster)
         if want is not None and _hostnames(svc) and view.lb(want.lb_name, want.kind) is None:
             found.append((want.kind, want.lb_name))
     return found
 
 
-def find_drift(
-    view: View,
-    missing: set[str],
-    now: float,
-    grace_seconds: float,
-    cluster_name: str,
-    vpc_id: str,
-    our_class: str,
-    default_lb_type: LbType,
-) -> list[Drift]:
+def find_drift(view: View, missing: set[str], now: float, grace_seconds: float, cluster: Cluster) -> list[Drift]:
     """Services to re-enqueue, with why. `missing`: LB names confirmed absent (see missing_candidates)."""
     target_groups = {r.key: r for r in view.resources if r.kind is Kind.TARGET_GROUP}
     drifts: list[Drift] = []
     for key, svc in sorted(view.services.items()):
         uid = str(p.meta(svc).get("uid", ""))
         reasons: list[str] = []
-        want = wanted(svc, our_class, default_lb_type, view.claim_unclassed)
+        want = wanted(svc, cluster)
         if want is None:
-            if (
-                uid
-                and cleanup_pending(svc, our_class, view.claim_unclassed)
-                and view.lb(names.load_balancer_name(uid)) is not None
-            ):
+            if uid and cleanup_pending(svc, cluster) and view.lb(names.load_balancer_name(uid)) is not None:
                 reasons.append("load balancer cleanup pending")
         else:
             lb = view.lb(want.lb_name, want.kind)
@@ -121,9 +106,9 @@ def find_drift(
                     reasons.append(f"load balancer {want.lb_name} missing while the status shows {hostnames[0]}")
             else:
                 if want.kind is Kind.NLB:
-                    reasons += nlb_drift(want, lb, target_groups, cluster_name, vpc_id)
+                    reasons += nlb_drift(want, lb, target_groups, cluster)
                 else:
-                    reasons += clb_drift(want, lb, cluster_name)
+                    reasons += clb_drift(want, lb, cluster)
                 if hostnames and lb.dns_name and lb.dns_name not in hostnames:
                     reasons.append(f"status shows {hostnames[0]}, the load balancer is {lb.dns_name}")
                 elif not hostnames and lb.created is not None and now - lb.created >= grace_seconds:

@@ -22,7 +22,8 @@ from ccm.aws import security_groups_model as sgm
 from ccm.aws.clb_observed import observed_from_api
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.sweeper.model import COLLECTED_SHARED_ROLES, OWNED, Kind, Resource
+from ccm.contracts.cluster import OWNED, Cluster
+from ccm.sweeper.model import COLLECTED_SHARED_ROLES, Kind, Resource
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,9 @@ def kind_of(arn: str) -> Kind | None:
 
 
 class Inventory:
-    def __init__(self, clients: AwsClients, cluster_name: str) -> None:
+    def __init__(self, clients: AwsClients, cluster: Cluster) -> None:
         self.clients = clients
-        self.cluster_name = cluster_name
+        self.cluster = cluster
 
     def read(self) -> list[Resource]:
         tagged: dict[Kind, dict[str, dict[str, str]]] = {kind: {} for kind in Kind}
@@ -99,7 +100,7 @@ class Inventory:
     def _tagged(self) -> Iterable[tuple[str, dict[str, str]]]:
         paginator = self.clients.tagging.get_paginator("get_resources")
         for page in paginator.paginate(
-            TagFilters=[{"Key": names.cluster_tag_key(self.cluster_name), "Values": [OWNED]}],
+            TagFilters=[{"Key": self.cluster.tag_key, "Values": [OWNED]}],
             ResourceTypeFilters=RESOURCE_TYPES,
             ResourcesPerPage=100,
         ):

@@ -1,7 +1,10 @@
 """Sweeper decisions as pure functions over plain data: which cluster-tagged resources are orphans, and what to do
 with each one this run (remember it, wait, delete it, or forget it).
 
-A resource is ours only if it carries `kubernetes.io/cluster/<name>=owned`, a service-name tag AND our
+Every function judges for one `Cluster` (ccm.contracts.cluster: name, tag key, class, claim of class-less Services,
+default load balancer type), built once by the composition root; none takes the cluster name or its parts.
+
+A resource is ours only if it carries `kubernetes.io/cluster/<name>=owned` (`Cluster.owns`), a service-name tag AND our
 `serverless-ccm/service-uid` tag (we put it on everything we create, and on what we adopt): node security groups,
 anything else merely tagged for the cluster, and load balancers of another controller (cloud-provider-aws, or the
 one EKS runs in its control plane for class-less Services, which tags like us but never with our UID tag) are never
@@ -39,7 +42,7 @@ from typing import Final
 from ccm.aws import clb_model, names
 from ccm.aws import nlb_model as nm
 from ccm.aws import security_groups_model as sgm
-from ccm.aws.lbconfig import LbType, LoadBalancerConfig, parse_load_balancer_config
+from ccm.aws.lbconfig import LoadBalancerConfig, parse_load_balancer_config
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig, KubeObject
 from ccm.contracts.cluster import Cluster
@@ -55,7 +58,6 @@ class Kind(enum.StrEnum):
 # Dependencies first: an LB (its listeners go with it) before its target groups, groups last.
 DELETE_ORDER: Final = {Kind.NLB: 0, Kind.CLB: 0, Kind.TARGET_GROUP: 1, Kind.SECURITY_GROUP: 2}
 LOAD_BALANCERS: Final = frozenset({Kind.NLB, Kind.CLB})
-OWNED: Final = "owned"
 # The cluster's client-facing shared groups: no Service owns them; collected once no LB of ours carries them.
 COLLECTED_SHARED_ROLES: Final = frozenset({sgm.ROLE_LISTENERS, sgm.ROLE_FRONTEND})
 CLUSTER_OWNER: Final = "(cluster)"
@@ -127,7 +129,6 @@ class View:
     services: dict[str, KubeObject]
     resources: list[Resource]
     lbs_by_name: dict[str, list[Resource]] = field(default_factory=dict)
-    claim_unclassed: bool = True  # Settings.claim_unclassed: do class-less Services belong to us?
 
     def __post_init__(self) -> None:
         for r in self.resources:
@@ -138,24 +139,20 @@ class View:
         return next((r for r in self.lbs_by_name.get(name, []) if kind is None or r.kind is kind), None)
 
 
-def cluster_owned(tags: Mapping[str, str], cluster_name: str) -> bool:
-    return Cluster(cluster_name).owns(tags)
-
-
-def shared_role(resource: Resource, cluster_name: str) -> str | None:
+def shared_role(resource: Resource, cluster: Cluster) -> str | None:
     """The role of one of the cluster's collected shared groups (listener groups, the legacy all-ports group)."""
-    if resource.kind is not Kind.SECURITY_GROUP or not cluster_owned(resource.tags, cluster_name):
+    if resource.kind is not Kind.SECURITY_GROUP or not cluster.owns(resource.tags):
         return None
     role = resource.tags.get(sgm.ROLE_TAG)
     return role if role in COLLECTED_SHARED_ROLES else None
 
 
-def owner_of(resource: Resource, cluster_name: str) -> Owner | None:
+def owner_of(resource: Resource, cluster: Cluster) -> Owner | None:
     """The owning Service, or None when the resource is not ours to judge (no owned cluster tag, no Service tag).
     The cluster's collected shared groups are owned by the cluster (CLUSTER_OWNER)."""
-    if not cluster_owned(resource.tags, cluster_name):
+    if not cluster.owns(resource.tags):
         return None
-    if shared_role(resource, cluster_name) is not None:
+    if shared_role(resource, cluster) is not None:
         return Owner(CLUSTER_OWNER, None)
     key, uid = resource.tags.get(names.SERVICE_NAME_TAG, ""), resource.tags.get(names.SERVICE_UID_TAG, "")
     if key.count("/") != 1 or not uid:
@@ -167,27 +164,29 @@ def services_by_key(services: Iterable[KubeObject]) -> dict[str, KubeObject]:
     return {f"{p.meta(s).get('namespace')}/{p.meta(s).get('name')}": s for s in services}
 
 
-def cleanup_pending(svc: KubeObject, our_class: str, claim_unclassed: bool = True) -> bool:
+def _wants_load_balancer(svc: KubeObject, cluster: Cluster) -> bool:
+    return p.wants_load_balancer(svc, cluster.load_balancer_class, cluster.claim_unclassed)
+
+
+def cleanup_pending(svc: KubeObject, cluster: Cluster) -> bool:
     """The reconciler still owes this Service a cleanup (its DELETE/CLEANUP path runs on the next delta)."""
     return p.has_finalizer(svc) and (
-        p.meta(svc).get("deletionTimestamp") is not None or not p.wants_load_balancer(svc, our_class, claim_unclassed)
+        p.meta(svc).get("deletionTimestamp") is not None or not _wants_load_balancer(svc, cluster)
     )
 
 
-def wanted(svc: KubeObject, our_class: str, default_lb_type: LbType, claim_unclassed: bool = True) -> Wanted | None:
+def wanted(svc: KubeObject, cluster: Cluster) -> Wanted | None:
     """What the Service wants from us, or None when it wants nothing (or its configuration does not parse)."""
-    if p.meta(svc).get("deletionTimestamp") is not None or not p.wants_load_balancer(svc, our_class, claim_unclassed):
+    if p.meta(svc).get("deletionTimestamp") is not None or not _wants_load_balancer(svc, cluster):
         return None
     try:
-        config = parse_load_balancer_config(svc, default_lb_type=default_lb_type)
+        config = parse_load_balancer_config(svc, default_lb_type=cluster.default_lb_type)
     except (InvalidServiceConfig, ImplementedElsewhere):
         return None
     return Wanted(svc, config, names.load_balancer_name(str(p.meta(svc).get("uid", ""))))
 
 
-def orphan_reason(
-    resource: Resource, owner: Owner, view: View, our_class: str, default_lb_type: LbType
-) -> tuple[bool, str]:
+def orphan_reason(resource: Resource, owner: Owner, view: View, cluster: Cluster) -> tuple[bool, str]:
     """(orphan?, reason) for one resource; see the module table."""
     if owner.key == CLUSTER_OWNER:
         carried = any(resource.id in lb.security_groups for lb in view.resources if lb.kind in LOAD_BALANCERS)
@@ -201,15 +200,15 @@ def orphan_reason(
         return True, "uid-mismatch"
     if owner.uid is None and resource.kind in LOAD_BALANCERS and resource.name != lb_name:
         return True, "uid-mismatch"
-    if cleanup_pending(svc, our_class, view.claim_unclassed):
+    if cleanup_pending(svc, cluster):
         return False, "cleanup-pending"
     if p.meta(svc).get("deletionTimestamp") is not None:
         return True, "service-deleting"
     if not p.is_load_balancer_type(svc):
         return True, "not-load-balancer"
-    if not p.belongs_to_us(svc, our_class, view.claim_unclassed):
+    if not p.belongs_to_us(svc, cluster.load_balancer_class, cluster.claim_unclassed):
         return True, "other-controller"
-    want = wanted(svc, our_class, default_lb_type, view.claim_unclassed)
+    want = wanted(svc, cluster)
     if want is None:
         return False, "config-invalid"
     if resource.kind in LOAD_BALANCERS:
@@ -228,21 +227,15 @@ def orphan_reason(
 
 
 def decide(
-    view: View,
-    marks: Mapping[str, float],
-    now: float,
-    grace_seconds: float,
-    cluster_name: str,
-    our_class: str,
-    default_lb_type: LbType,
+    view: View, marks: Mapping[str, float], now: float, grace_seconds: float, cluster: Cluster
 ) -> list[Decision]:
     """One decision per resource that is ours to judge (see owner_of), in deletion order."""
     decisions: list[Decision] = []
     for resource in view.resources:
-        owner = owner_of(resource, cluster_name)
+        owner = owner_of(resource, cluster)
         if owner is None:
             continue
-        orphan, reason = orphan_reason(resource, owner, view, our_class, default_lb_type)
+        orphan, reason = orphan_reason(resource, owner, view, cluster)
         since = marks.get(resource.key)
         if not orphan:
             action = Action.UNMARK if since is not None else Action.KEEP

@@ -18,11 +18,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 
 from ccm.aws.clients import AwsClients, CallCounter
-from ccm.aws.lbconfig import LbType
 from ccm.aws.security_groups import SecurityGroups
 from ccm.call_metrics import add_if_nonzero
 from ccm.config import Settings
 from ccm.contracts.cloud import KubeObject
+from ccm.contracts.cluster import Cluster
 from ccm.contracts.store import OrphanMarks
 from ccm.k8s.events import SWEEPER
 from ccm.k8s.kube import Kube, KubeRest
@@ -46,6 +46,11 @@ class SweeperSettings:
     table: str
     dry_run: bool = False
     grace_seconds: float = 1800.0
+    # Built once from `base` (Settings.cluster, normalised there): every part of the sweeper judges for this value.
+    cluster: Cluster = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", self.base.cluster)  # frozen: set once, here
 
     @classmethod
     def of(cls, settings: Settings) -> SweeperSettings:
@@ -59,10 +64,6 @@ class SweeperSettings:
             dry_run=settings.sweeper_dry_run,
             grace_seconds=settings.sweeper_grace_seconds,
         )
-
-    @property
-    def default_lb_type(self) -> LbType:
-        return self.base.cluster.default_lb_type
 
 
 @dataclass(slots=True)
@@ -121,24 +122,21 @@ class Sweeper:
         self.lister = lister
         self.clients = clients
         self.clock = clock
-        base = settings.base
         self.groups = groups
-        self.inventory = Inventory(clients, base.cluster_name)
-        self.actions = Actions(clients, self.groups, base.cluster_name, settings.services_queue_url)
+        self.inventory = Inventory(clients, settings.cluster)
+        self.actions = Actions(clients, self.groups, settings.cluster, settings.services_queue_url)
         self.marks = marks
 
     def run(self) -> RunReport:
-        s, base = self.settings, self.settings.base
+        s, cluster = self.settings, self.settings.cluster
         report = RunReport(dry_run=s.dry_run)
         self.clients.counter.reset_thread()
         kube_before = self.lister.calls
         now = self.clock()
         resources = self.inventory.read()  # before the Services: see the module docstring
-        view = m.View(m.services_by_key(self.lister.list_services()), resources, claim_unclassed=base.claim_unclassed)
+        view = m.View(m.services_by_key(self.lister.list_services()), resources)
         marks = self.marks.load()
-        decisions = m.decide(
-            view, marks, now, s.grace_seconds, base.cluster_name, base.load_balancer_class, s.default_lb_type
-        )
+        decisions = m.decide(view, marks, now, s.grace_seconds, cluster)
         for key in m.forgotten(marks, decisions):
             self.marks.forget(key)
         for decision in decisions:
@@ -149,19 +147,10 @@ class Sweeper:
                 report.failed += 1
         if not s.dry_run:
             report.stale_node_rules = len(self.groups.revoke_stale_node_rules(lambda n: self._live_lbs(n, view)))
-        candidates = d.missing_candidates(view, base.load_balancer_class, s.default_lb_type)
+        candidates = d.missing_candidates(view, cluster)
         present = self.inventory.existing_lb_names(name for _, name in candidates) if candidates else set()
         missing = {name for _, name in candidates} - present
-        drifts = d.find_drift(
-            view,
-            missing,
-            now,
-            s.grace_seconds,
-            base.cluster_name,
-            base.vpc_id,
-            base.load_balancer_class,
-            s.default_lb_type,
-        )
+        drifts = d.find_drift(view, missing, now, s.grace_seconds, cluster)
         for drift in drifts:
             reason = "; ".join(drift.reasons)
             logger.info("drift", extra={"owner": drift.key, "reason": reason, "action": "requeue"})

@@ -51,13 +51,13 @@ class TeardownResult:
         return not self.remaining and not self.in_use
 
 
-def reason(result: TeardownResult, cluster_name: str) -> str:
+def reason(result: TeardownResult, cluster: Cluster) -> str:
     """Pure: why the stack cannot go yet, as CloudFormation shows it (DELETE_FAILED) and the log says it."""
     if result.remaining:
         shown = ", ".join(result.remaining[:SHOWN_LEFT])
         more = f" and {len(result.remaining) - SHOWN_LEFT} more" if len(result.remaining) > SHOWN_LEFT else ""
         return (
-            f"{len(result.remaining)} load balancers of cluster {cluster_name} still exist ({shown}{more}): delete "
+            f"{len(result.remaining)} load balancers of cluster {cluster.name} still exist ({shown}{more}): delete "
             "those Services (or change their type) and wait for their EXTERNAL-IP to go, then delete the stack "
             "again. Nothing was deleted."
         )
@@ -79,10 +79,9 @@ class Teardown:
     def __init__(self, clients: AwsClients, cluster: Cluster, groups: SecurityGroups) -> None:
         self.clients = clients
         self.cluster = cluster
-        self.cluster_name = cluster.name
         self.groups = groups
-        self.inventory = Inventory(clients, cluster.name)
-        self.actions = Actions(clients, groups, cluster.name, services_queue_url="")
+        self.inventory = Inventory(clients, cluster)
+        self.actions = Actions(clients, groups, cluster, services_queue_url="")
 
     def run(self) -> TeardownResult:
         resources = self.inventory.read()
@@ -91,13 +90,12 @@ class Teardown:
         # What the inventory read (ours by UID tag, the collected shared groups) and the backend group, which only
         # goes with the stack: one list, deleted in dependency order (target groups before groups).
         known = {r.id for r in resources}
-        cluster_tag = self.cluster.tag_key
         shared = [
             Resource(Kind.SECURITY_GROUP, str(g["GroupId"]), str(g["GroupId"]), str(g.get("GroupName", "")), tags)
             for g in self.groups.shared.find_all()
             if str(g["GroupId"]) not in known
             for tags in [{t["Key"]: t["Value"] for t in g.get("Tags", [])}]
-            if sgm.shared_role(g, cluster_tag) is not None
+            if sgm.shared_role(g, self.cluster.tag_key) is not None
         ]
         in_use: list[str] = []
         deleted: list[str] = []
@@ -126,7 +124,7 @@ class TeardownResource:
     def __init__(self, teardown: Teardown, sleep: Callable[[float], None] = time.sleep) -> None:
         self.teardown = teardown
         self.clients = teardown.clients  # the runtime's clients, as every function's runtime exposes them
-        self.physical_id = f"serverless-ccm-teardown-{teardown.cluster_name}"
+        self.physical_id = f"serverless-ccm-teardown-{teardown.cluster.name}"
         self._sleep = sleep
 
     def keep(self) -> Outcome:
@@ -139,7 +137,7 @@ class TeardownResource:
             result = self.teardown.run()
             if result.done:
                 return Outcome(SUCCESS, f"deleted {len(result.deleted)} leftover resources of the cluster")
-            why = reason(result, self.teardown.cluster_name)
+            why = reason(result, self.teardown.cluster)
             unchanged = unchanged + 1 if result.remaining and result.remaining == seen else 0
             seen = result.remaining
             if unchanged >= STALLED_PASSES or remaining_ms() - WAIT_SECONDS * 1000 < MARGIN_MS:

@@ -1,6 +1,7 @@
 """Composition root of the sweeper function: the sweeper is provider-side (it lists and deletes ELB/EC2 resources
 with the drivers' own models, docs/architecture.md); it gets the security groups driver and its store of orphan
-marks from here."""
+marks from here, and the one `Cluster` value (`SweeperSettings.cluster`) that the driver, the inventory, the deletes
+and the decisions all judge for."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _from_env() -> Sweeper:
     settings = sweeper_settings(settings_from_env())
     api_client = new_api_client(settings.base.kube)
     clients = AwsClients(region=aws_region(settings.base))
-    groups = SecurityGroups(clients, settings.base.cluster)
+    groups = SecurityGroups(clients, settings.cluster)  # the one Cluster value, built once by SweeperSettings
     marks = OrphanMarksTable(ClusterTable(settings.table, clients))
     return Sweeper(settings, Kube(api_client), ServiceLister(api_client), clients, groups, marks)
 

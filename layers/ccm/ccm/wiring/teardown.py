@@ -13,8 +13,9 @@ from ccm.wiring.settings import aws_region, settings_from_env
 def _from_env() -> TeardownResource:
     settings = settings_from_env()
     clients = AwsClients(region=aws_region(settings))
-    groups = SecurityGroups(clients, settings.cluster)
-    return TeardownResource(Teardown(clients, settings.cluster, groups))
+    cluster = settings.cluster  # built once: the driver, the inventory and the deletes share it
+    groups = SecurityGroups(clients, cluster)
+    return TeardownResource(Teardown(clients, cluster, groups))
 
 
 runtime: PerEnvironment[TeardownResource] = PerEnvironment(_from_env)
