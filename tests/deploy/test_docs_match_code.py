@@ -28,7 +28,7 @@ def test_the_first_service_example_uses_the_stacks_default_load_balancer_class()
 
 def test_the_migration_table_lists_exactly_the_load_balancer_controller_only_annotations() -> None:
     migration = (ROOT / "docs" / "migration.md").read_text()
-    row = next(line for line in migration.splitlines() if line.startswith("| `nlb-target-type`"))
+    row = next(line for line in migration.splitlines() if line.startswith("| `name`, "))
     listed = set(re.findall(r"`([^`]+)`", row.split(" | ")[0]))
     expected = {name + "<protocol>-<port>" if name.endswith(".") else name for name in LBC_ONLY}
     assert listed == expected

@@ -229,14 +229,14 @@ def test_target_group_attributes_and_proxy_protocol(stack: Stack):
 
 
 def test_annotations_read_differently_upstream_get_warnings_naming_them(stack: Stack):
-    annotations = {**NLB, A + "nlb-target-type": "ip", A + "proxy-protocol": "*"}
+    annotations = {**NLB, A + "alpn-policy": "HTTP2Preferred", A + "proxy-protocol": "*"}
     create_lb_service(stack, "lbc-names", [80], annotations)
     svc = served(stack, "lbc-names")
     ignored = wait_event(stack, "lbc-names", "AnnotationIgnored")
     assert ignored["type"] == "Warning"
     assert ignored["message"] == (
-        f"{A}nlb-target-type: only the AWS Load Balancer Controller understands it; ignored: targets are always the "
-        "nodes (instance targets on their node ports)"
+        f"{A}alpn-policy: only the AWS Load Balancer Controller understands it; ignored: TLS listeners get no ALPN "
+        "policy"
     )
     differs = wait_event(stack, "lbc-names", "AnnotationDiffers")["message"]
     assert differs.startswith(f"{A}scheme not set: internet-facing (the cloud-provider-aws default")

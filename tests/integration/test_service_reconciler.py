@@ -361,7 +361,7 @@ def test_annotations_read_differently_upstream_are_named_in_warnings_once_per_ch
 ):
     core, prefix = stack["core"], "service.beta.kubernetes.io/aws-load-balancer-"
     annotations = {
-        prefix + "nlb-target-type": "ip",  # the Load Balancer Controller's
+        prefix + "alpn-policy": "HTTP2Preferred",  # the Load Balancer Controller's
         prefix + "name": "my-nlb",
         prefix + "listener-attributes.TCP-80": "tcp.idle_timeout.seconds=400",
         prefix + "healthcheck-intervall": "10",  # a typo
@@ -381,8 +381,8 @@ def test_annotations_read_differently_upstream_are_named_in_warnings_once_per_ch
     assert live["status"]["loadBalancer"]["ingress"]  # a warning, never a failure
     notices = _notices(core)
     (ignored,) = notices["AnnotationIgnored"]
-    assert f"{prefix}nlb-target-type: only the AWS Load Balancer Controller understands it; ignored" in ignored
-    assert "targets are always the nodes" in ignored
+    assert f"{prefix}alpn-policy: only the AWS Load Balancer Controller understands it; ignored" in ignored
+    assert "TLS listeners get no ALPN policy" in ignored
     assert f"{prefix}name: only the AWS Load Balancer Controller" in ignored
     assert f"{prefix}listener-attributes.TCP-80: only the AWS Load Balancer Controller" in ignored
     assert f"{prefix}healthcheck-intervall: unknown" in ignored
@@ -399,14 +399,14 @@ def test_annotations_read_differently_upstream_are_named_in_warnings_once_per_ch
     assert _notices(core) == notices
 
     # Said again when the Service changes, now without what was fixed.
-    fixed = {prefix + "scheme": "internet-facing", prefix + "nlb-target-type": None, prefix + "name": None}
+    fixed = {prefix + "scheme": "internet-facing", prefix + "alpn-policy": None, prefix + "name": None}
     core.patch_namespaced_service("web", "default", {"metadata": {"annotations": fixed}})
     invoke(stack, [delta_for("Service", "MODIFIED", read(core)).to_body()])
     after = _notices(core)
     assert len(after["AnnotationIgnored"]) == 2 and len(after["AnnotationDiffers"]) == 2
     latest_ignored = next(m for m in after["AnnotationIgnored"] if m != ignored)
     latest_differs = next(m for m in after["AnnotationDiffers"] if m != differs)
-    assert "nlb-target-type" not in latest_ignored and "listener-attributes.TCP-80" in latest_ignored
+    assert "alpn-policy" not in latest_ignored and "listener-attributes.TCP-80" in latest_ignored
     assert "scheme not set" not in latest_differs and "proxy-protocol" in latest_differs
 
 

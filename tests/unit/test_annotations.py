@@ -329,12 +329,12 @@ def test_annotations_for_the_other_lb_type_and_unknown_ones_are_ignored():
     ann = {
         P + "connection-idle-timeout": "not-a-number",  # CLB only: upstream ignores it on an NLB
         P + "target-group-attributes": "junk",  # NLB only
-        P + "nlb-target-type": "ip",  # an LBC annotation we do not implement
+        P + "alpn-policy": "HTTP2Preferred",  # an LBC annotation we do not implement
         P + "healthcheck-intervall": "10",  # a typo
     }
     nlb = parse({k: v for k, v in ann.items() if "target-group" not in k})
     assert nlb.ignored_annotations == (P + "connection-idle-timeout",)
-    assert nlb.unknown_annotations == (P + "healthcheck-intervall", P + "nlb-target-type")
+    assert nlb.unknown_annotations == (P + "alpn-policy", P + "healthcheck-intervall")
     assert nlb.idle_timeout == 60
     clb = parse({k: v for k, v in ann.items() if "idle" not in k}, "clb")
     assert clb.ignored_annotations == (P + "target-group-attributes",) and clb.target_group_attributes == {}

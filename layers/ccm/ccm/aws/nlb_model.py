@@ -76,7 +76,8 @@ class ObservedTargetGroup:
     healthy: frozenset[str] = frozenset()  # targets AWS reports healthy (read with the targets)
     target_type: str = "instance"
     # Every registered target with its port and health state, draining ones too (what an ip plan needs).
-    health_states: tuple[tuple[str, int, str, str, str], ...] = ()  # (id, port, state, reason, description)
+    # (id, port, state, reason, description); not compared: the fields above summarise it for instance groups.
+    health_states: tuple[tuple[str, int, str, str, str], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
