@@ -13,6 +13,8 @@ from ccm.aws.model import LoadBalancerModel
 from ccm.aws.security_groups import SecurityGroups
 from ccm.contracts.cloud import Applied, LoadBalancerStatus, PassFlags, Publish
 from ccm.contracts.cluster import Cluster, LbType
+from ccm.contracts.endpoints import IpTarget, ServicePortKey
+from ccm.contracts.readiness_gates import TargetHealth
 
 
 class Absent:
@@ -26,6 +28,9 @@ class Absent:
 
     def status_for_uid(self, uid: str) -> LoadBalancerStatus | None:
         return None
+
+    def ip_target_health(self, model: LoadBalancerModel) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        return {}
 
     def delete_for_uid(self, uid: str) -> bool:
         return True

@@ -6,17 +6,27 @@ in-process moto answering `ip` target groups as AWS does (devstack.aws_faithful_
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+from kubernetes import client, config
 
 from ccm.aws.clients import CallCounter
+from ccm.config import Settings
 from ccm.contracts.messages import delta_for, endpoints_hint
+from ccm.k8s.kube import Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
+from ccm.wiring.services import build_service_runtime
+from devstack import aws_faithful
 from devstack.endpointslices import EndpointSliceController
 from devstack.k8s_emulator import Emulator
 from devstack.pod_world import Kubelet, PodSet, container
-from tests.integration.conftest import REGION, World
+from tests.integration.conftest import CLUSTER, REGION, World
 from tests.integration.test_one_model_per_pass import stack  # noqa: F401
 from tests.integration.test_service_reconciler import emulator, invoke, read  # noqa: F401
 
@@ -182,3 +192,60 @@ def test_instance_to_ip_switches_to_a_filled_group_then_deletes_the_old_one(
     assert invoke(stack, [delta_for("Service", "SYNC", changed).to_body()]) == {"batchItemFailures": []}
     assert forwarded_to() == new["TargetGroupArn"]
     assert [tg["TargetGroupArn"] for tg in target_groups()] == [new["TargetGroupArn"]]
+
+
+@pytest.fixture
+def listing_stack(world: World, emulator: Emulator, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The stack without a membership table: member nodes (the Ready ones a gate needs) come from a LIST."""
+    for n in world.nodes():
+        emulator.create(n)
+    sqs = boto3.client("sqs", region_name=REGION)
+    queue_url = sqs.create_queue(QueueName="svc.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})[
+        "QueueUrl"
+    ]
+    runtime = build_service_runtime(
+        Settings(CLUSTER, world.vpc_id, default_lb_type="nlb"),
+        Kube(from_kubeconfig(str(tmp_path / "kubeconfig"))),
+        world.clients,
+    )
+    api_client = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
+    yield {"core": client.CoreV1Api(api_client), "runtime": runtime, "sqs": sqs, "queue_url": queue_url}
+
+
+def test_a_pod_declaring_our_gate_is_registered_and_turns_ready_once_its_target_is_healthy(
+    emulator: Emulator,
+    listing_stack: dict[str, Any],
+    faithful_aws: aws_faithful.FaithfulSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No webhook: the pod's own template lists `target-health.ccm.aws/web`; the pass registers its endpoint (not
+    ready: it waits only on our gate), sets the condition from the target's health and comes back while the target
+    is still `initial`; once AWS says healthy, the condition is True and the kubelet makes the pod Ready."""
+    aws_faithful.install(replace(faithful_aws, target_time_scale=0.01))  # health checks 100 times faster
+    monkeypatch.setenv("CCM_RETRY_DELAY_SCALE", "0.01")  # and the queue's delays
+    stack_ = listing_stack
+    pods = Pods(emulator)
+    pods.template = {**pods.template, "readinessGates": [{"conditionType": "target-health.ccm.aws/web"}]}
+    pods.scale(2)
+    svc = create_ip_service(stack_["core"], pods, IP_MODE)
+    assert not [p for p in pods.set.pods() if _condition(p, "Ready") == "True"]  # held by the gate alone
+    response = invoke(stack_, [delta_for("Service", "ADDED", svc).to_body()])
+    (tg,) = target_groups()
+    assert registered(tg["TargetGroupArn"]) == pods.ready_targets() and len(pods.ready_targets()) == 2
+    assert {_condition(p, GATE) for p in pods.set.pods()} == {"False"}  # initial: not healthy yet
+    assert response["batchItemFailures"]  # the record comes back after one (scaled) health-check interval
+
+    deadline = time.monotonic() + 30
+    while {_condition(p, GATE) for p in pods.set.pods()} != {"True"} and time.monotonic() < deadline:
+        time.sleep(1.2)  # the record's delay, scaled down to its floor (1 s)
+        invoke(stack_, [])  # the same record, received again
+    assert {_condition(p, GATE) for p in pods.set.pods()} == {"True"}
+    pods.settle()
+    assert {_condition(p, "Ready") for p in pods.set.pods()} == {"True"}
+
+
+GATE = "target-health.ccm.aws/web"
+
+
+def _condition(pod: dict[str, Any], kind: str) -> str | None:
+    return next((c["status"] for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)

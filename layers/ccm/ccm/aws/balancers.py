@@ -46,6 +46,8 @@ from ccm.contracts.cloud import (
     RetryError,
 )
 from ccm.contracts.cluster import Cluster
+from ccm.contracts.endpoints import IpBackends, IpTarget, ServicePortKey
+from ccm.contracts.readiness_gates import TargetHealth
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +105,7 @@ class LoadBalancers:
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
         publish: Publish | None = None,
-        endpoints: Sequence[KubeObject] = (),
+        endpoints: IpBackends | Sequence[KubeObject] = (),
     ) -> LoadBalancerStatus:
         model = self._model(desired).with_members(nodes).with_endpoints(endpoints)
         chosen = model.lb_type
@@ -172,7 +174,7 @@ class LoadBalancers:
         desired: Desired | KubeObject,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
-        endpoints: Sequence[KubeObject] = (),
+        endpoints: IpBackends | Sequence[KubeObject] = (),
     ) -> None:
         """With a matching checkpoint: only the difference to the stored target set, by the stored ARNs (one call
         per target group and direction, no read). Otherwise (and always for `ip` targets, which the checkpoint
@@ -201,6 +203,10 @@ class LoadBalancers:
         if self._checkpoint(model) is not None and self.applied is not None:
             # The full update converged the targets: the checkpoint's set follows, or the next diff would be wrong.
             self.applied.put_targets(model.uid, model.fingerprint, wanted)
+
+    def ip_target_health(self, desired: Desired | KubeObject) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        model = self._model(desired)
+        return self.deployers[model.lb_type].ip_target_health(model) if model.target_type == "ip" else {}
 
     def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
         self.delete_for_uid(p.meta(service)["uid"])

@@ -50,6 +50,8 @@ from ccm.contracts.cloud import (
     RetryError,
 )
 from ccm.contracts.cluster import Claim, Cluster
+from ccm.contracts.endpoints import IpTarget, ServicePortKey
+from ccm.contracts.readiness_gates import TargetHealth
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,9 @@ class ClassicLoadBalancers:
             verified_at=0.0 if refused or unreachable else time.time(),
         )
         return replace(_status(observed.dns_name), warnings=tuple(warnings), notices=model.notices, applied=applied)
+
+    def ip_target_health(self, model: LoadBalancerModel) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        return {}  # a Classic ELB has instance targets only
 
     # -- by the checkpoint ------------------------------------------------------------------------------------
     def active_hostname(self, applied: Applied) -> str | None:

@@ -13,6 +13,8 @@ from typing import Protocol
 
 from ccm.aws.model import LoadBalancerModel
 from ccm.contracts.cloud import Applied, LoadBalancerStatus, PassFlags, Publish
+from ccm.contracts.endpoints import IpTarget, ServicePortKey
+from ccm.contracts.readiness_gates import TargetHealth
 
 
 class LoadBalancerDeployer(Protocol):
@@ -25,6 +27,10 @@ class LoadBalancerDeployer(Protocol):
 
     def deploy_targets(self, model: LoadBalancerModel, flags: PassFlags) -> None:
         """Only the targets (a host update): read them and converge them to the model's."""
+        ...
+
+    def ip_target_health(self, model: LoadBalancerModel) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        """The health of each `ip` target by the Service port it serves (empty for a type without ip targets)."""
         ...
 
     def status_for_uid(self, uid: str) -> LoadBalancerStatus | None:

@@ -26,7 +26,7 @@ from ccm.aws.lbconfig.notices import annotation_notices
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import ImplementedElsewhere, KubeObject, LoadBalancerWarning
 from ccm.contracts.cluster import Cluster
-from ccm.contracts.endpoints import desired_ip_targets
+from ccm.contracts.endpoints import IpBackends
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +62,21 @@ class LoadBalancerModel:
         return frozenset(i for i, n in ids if i and (self.nlb is not None or self.config.selects_node(_labels(n))))
 
     @property
+    def health_check_interval(self) -> int:
+        return int(self.config.health_check.interval)
+
+    @property
     def target_type(self) -> str:
         """`instance` (the member nodes) or `ip` (an NLB's pods, from the Service's EndpointSlices)."""
         return self.config.target_type if self.nlb is not None else "instance"
 
-    def with_endpoints(self, slices: Sequence[KubeObject]) -> LoadBalancerModel:
-        """An `ip` model with its targets: each Service port's ready endpoints (ccm.contracts.endpoints)."""
+    def with_endpoints(self, endpoints: IpBackends | Sequence[KubeObject]) -> LoadBalancerModel:
+        """An `ip` model with its targets: each Service port's ready endpoints, and those waiting only on our
+        readiness gate (ccm.contracts.endpoints). A plain sequence is the EndpointSlices alone (no gated pods)."""
         if self.nlb is None or self.target_type != "ip":
             return self
-        wanted = desired_ip_targets(self.service, slices)
+        backends = endpoints if isinstance(endpoints, IpBackends) else IpBackends(tuple(endpoints))
+        wanted = backends.targets(self.service)
         return replace(self, nlb=nlb_model.with_ip_targets(self.nlb, wanted.by_port))
 
     def with_members(self, nodes: Sequence[KubeObject]) -> LoadBalancerModel:

@@ -51,6 +51,8 @@ from ccm.contracts.cloud import (
     RetryError,
 )
 from ccm.contracts.cluster import Claim, Cluster
+from ccm.contracts.endpoints import IpTarget, ServicePortKey
+from ccm.contracts.readiness_gates import TargetHealth
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,23 @@ class NetworkLoadBalancers:
         return LoadBalancerStatus(
             (Ingress(hostname=lb["DNSName"]),), warnings=tuple(warnings), notices=model.notices, applied=applied
         )
+
+    def ip_target_health(self, model: LoadBalancerModel) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        assert model.nlb is not None
+        lb = reads.describe_lb(self.clients, model.name)
+        if lb is None:
+            return {}
+        observed = reads.observe(self.clients, lb, model.uid, PassFlags(check_attributes=False))
+        by_name = {tg.name: tg for tg in observed.target_groups.values()}
+        health: dict[tuple[ServicePortKey, IpTarget], TargetHealth] = {}
+        for ls in model.nlb.listeners:
+            have = by_name.get(ls.target_group.name)
+            if ls.target_group.target_type != "ip" or have is None:
+                continue
+            for ip, port, state, reason, text in have.health_states:
+                for key in ls.target_group.service_ports:
+                    health[(key, IpTarget(ip, port))] = TargetHealth(state, reason, text)
+        return health
 
     # -- by the checkpoint ------------------------------------------------------------------------------------
     def active_hostname(self, applied: Applied) -> str | None:

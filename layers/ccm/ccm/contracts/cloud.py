@@ -20,8 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from ccm.contracts.endpoints import IpBackends, IpTarget, ServicePortKey
 from ccm.contracts.kube import KubeObject as KubeObject
 from ccm.contracts.queues import MessageQueue
+from ccm.contracts.readiness_gates import TargetHealth
 
 # The wait signal lives with the retry policy; drivers keep importing it from here.
 from ccm.retry import RetryError as RetryError
@@ -49,6 +51,9 @@ class PassFlags:
     # (ccm.retry.CONTINUATION_DELAY_SECONDS). A Classic ELB is made in one pass: its CreateLoadBalancer makes its
     # listeners, and it serves as soon as its instances are registered.
     hostname_first: bool = False
+    # Which receive of the record this pass is (1: the first): bounds how often a pass asks to look again by itself
+    # (the readiness gates' re-check), within the queue's receive budget.
+    attempt: int = 1
 
 
 ROUTINE = PassFlags()  # a first attempt of an ADDED/MODIFIED delta
@@ -189,6 +194,11 @@ class Desired(Protocol):
     def uid(self) -> str: ...
 
     @property
+    def health_check_interval(self) -> int:
+        """Seconds between two health checks of a target: when its health is worth reading again."""
+        ...
+
+    @property
     def target_type(self) -> str:
         """`instance`: the targets are the member nodes; `ip`: the pods of the Service's EndpointSlices, which the
         controller reads and passes (`endpoints`) to ensure and update."""
@@ -221,11 +231,11 @@ class LoadBalancer(Protocol):
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
         publish: Publish | None = None,
-        endpoints: Sequence[KubeObject] = (),
+        endpoints: IpBackends | Sequence[KubeObject] = (),
     ) -> LoadBalancerStatus:
         """Create or converge the LB; raises RetryError, InvalidServiceConfig or CloudStateError. `publish` is
         called with the status as soon as a new LB has its DNS name, before the rest of it is made. `endpoints`:
-        the Service's EndpointSlices, for `ip` targets."""
+        what the controller read for `ip` targets (the Service's EndpointSlices, and the pods a gate may hold)."""
         ...
 
     def update_load_balancer(
@@ -233,13 +243,17 @@ class LoadBalancer(Protocol):
         desired: Desired,
         nodes: Sequence[KubeObject],
         flags: PassFlags = ROUTINE,
-        endpoints: Sequence[KubeObject] = (),
+        endpoints: IpBackends | Sequence[KubeObject] = (),
     ) -> None:
         """Converge only the backends (targets) to the given member nodes, or EndpointSlices for `ip` targets."""
         ...
 
     def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
         """Delete everything made for the service (whatever its annotations say now); idempotent."""
+        ...
+
+    def ip_target_health(self, desired: Desired) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        """The health AWS reports of each `ip` target, by the Service port it serves (the readiness gates)."""
         ...
 
     def delete_for_uid(self, uid: str) -> None:

@@ -208,3 +208,19 @@ def _plain_verdict(ep: KubeObject) -> _Verdict:
     cond = ep.get("conditions") or {}
     ready = not _truthy(cond.get("terminating"), False) and _truthy(cond.get("ready"), True)
     return _Verdict(ready, False)
+
+
+@dataclass(frozen=True)
+class IpBackends:
+    """What a pass read for `ip` targets: the Service's EndpointSlices, the pods of its not-ready endpoints (read
+    only when some exist: `gate_candidates`), the names of the Ready nodes, and our gate for the Service."""
+
+    slices: tuple[KubeObject, ...] = ()
+    pods: Mapping[str, KubeObject] = field(default_factory=dict)
+    ready_nodes: frozenset[str] = frozenset()
+    gate: str | None = None
+
+    def targets(self, svc: KubeObject) -> DesiredTargets:
+        return desired_ip_targets(
+            svc, self.slices, pods=self.pods or None, ready_nodes=self.ready_nodes, gate=self.gate
+        )

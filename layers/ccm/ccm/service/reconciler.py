@@ -7,9 +7,10 @@ step is idempotent, and a crash at any line is repaired by the retry (which runs
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import (
@@ -26,7 +27,9 @@ from ccm.contracts.cloud import (
     RetryError,
 )
 from ccm.contracts.cluster import Cluster
+from ccm.contracts.endpoints import IpBackends, address_type, gate_candidates, gates_of
 from ccm.contracts.kube import KubeEndpoints, KubeServices, Members
+from ccm.contracts.readiness_gates import gate_condition_type, plan_gates
 from ccm.contracts.messages import Delta
 from ccm.retry import CONTINUATION_DELAY_SECONDS
 from ccm.service.decisions import Action, confirm_delete, decide, hint_delete_refusal, ingress_equal
@@ -36,6 +39,10 @@ log = logging.getLogger(__name__)
 # Upstream's reason for every failed ensure or delete (alerts of cloud-provider-aws users key on it); the message
 # says what failed, naming the annotation and the value for bad input.
 FAILED = "SyncLoadBalancerFailed"
+# A pass that waits on its pods' targets to turn healthy (readiness gates) comes back while its record has been
+# received fewer times than this: below the queue's maxReceiveCount (10), so a pod that never turns healthy (a
+# crash loop) does not send the record to the DLQ; the next endpoint change or resync looks again.
+GATE_RECHECK_ATTEMPTS: Final = 8
 
 
 class SyncFailed(Exception):
@@ -118,7 +125,7 @@ class ServiceReconciler:
             elif decision.action is Action.UPDATE_HOSTS:
                 self._update_hosts(live, outcome, flags)
             elif decision.action is Action.UPDATE_ENDPOINTS:
-                self._update_endpoints(live, flags)
+                self._update_endpoints(live, outcome, flags)
             else:
                 self._delete(live, outcome, write_status=decision.action is Action.DELETE)
         except InvalidServiceConfig as err:
@@ -183,8 +190,8 @@ class ServiceReconciler:
             published.append(early.to_api().get("ingress", []))
             self._write_status(svc, published[-1], outcome)
 
+        endpoints = self._endpoints_of(svc, desired)
         try:
-            endpoints = self._endpoints_of(svc, desired)
             status = self.balancer.ensure_load_balancer(desired, nodes, flags, publish, endpoints)
         except ImplementedElsewhere:
             return
@@ -208,6 +215,7 @@ class ServiceReconciler:
         if not registered and outcome.status_written:
             # Only when the Service changed: a no-op resync writes nothing anywhere.
             self.members.register(svc)
+        self._readiness_gates(svc, desired, endpoints, outcome, flags)
 
     # -- node-driven host update (UpdateLoadBalancer) ------------------------------------------------------------
     def _update_hosts(self, svc: KubeObject, outcome: Outcome, flags: PassFlags) -> None:
@@ -232,7 +240,7 @@ class ServiceReconciler:
         self._event(svc, outcome, "Normal", "UpdatedLoadBalancer", "Updated load balancer with new hosts")
 
     # -- ip targets: the Service's EndpointSlices changed (the watcher's ENDPOINTS hint) ------------------------------
-    def _update_endpoints(self, svc: KubeObject, flags: PassFlags) -> None:
+    def _update_endpoints(self, svc: KubeObject, outcome: Outcome, flags: PassFlags) -> None:
         """Only the `ip` targets, re-read from the API (the hint says nothing itself); no event: a rolling update
         changes endpoints hundreds of times. A hint for a Service no longer in `ip` mode changes nothing."""
         try:
@@ -241,13 +249,48 @@ class ServiceReconciler:
             return
         if desired.target_type != "ip":
             return
-        self.balancer.update_load_balancer(desired, (), flags, self._endpoints_of(svc, desired))
+        backends = self._endpoints_of(svc, desired)
+        self.balancer.update_load_balancer(desired, (), flags, backends)
+        self._readiness_gates(svc, desired, backends, outcome, flags)
 
-    def _endpoints_of(self, svc: KubeObject, desired: Desired) -> list[KubeObject]:
-        """The Service's EndpointSlices, read only for `ip` targets."""
+    def _endpoints_of(self, svc: KubeObject, desired: Desired) -> IpBackends:
+        """What `ip` targets need from the API: the Service's EndpointSlices and, only when some endpoint is not
+        ready, its pods (one may wait only on our readiness gate: registered so that the gate can turn true)."""
         if desired.target_type != "ip" or self.endpoints is None:
-            return []
-        return self.endpoints.list_endpoint_slices(p.meta(svc)["namespace"], p.meta(svc)["name"])
+            return IpBackends()
+        namespace, name = p.meta(svc)["namespace"], p.meta(svc)["name"]
+        slices = tuple(self.endpoints.list_endpoint_slices(namespace, name))
+        candidates = gate_candidates(slices, address_type(svc))
+        if not candidates:
+            return IpBackends(slices)
+        pods = self.endpoints.pods_by_name(namespace, candidates, p.spec(svc).get("selector") or None)
+        ready_nodes = frozenset(str(p.meta(n).get("name")) for n in self.members.for_service(svc))
+        return IpBackends(slices, pods, ready_nodes, gate_condition_type(name))
+
+    def _readiness_gates(
+        self, svc: KubeObject, desired: Desired, backends: IpBackends, outcome: Outcome, flags: PassFlags
+    ) -> None:
+        """Pods declaring our gate (`target-health.ccm.aws/<service>`) get its condition from their targets' health;
+        while one can still turn healthy, the record comes back after one health-check interval (no polling loop,
+        no webhook), at most until the queue's receive budget is nearly spent (then the next change or resync)."""
+        if self.endpoints is None or not backends.pods:
+            return
+        gate = gate_condition_type(p.meta(svc)["name"])
+        gated = [pod for pod in backends.pods.values() if gate in gates_of(pod)]
+        if not gated:
+            return
+        plan = plan_gates(
+            p.meta(svc)["name"],
+            gated,
+            backends.targets(svc),
+            self.balancer.ip_target_health(desired),
+            interval_seconds=desired.health_check_interval,
+            now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+        for write in plan.writes:
+            self.endpoints.patch_pod_condition(p.meta(svc)["namespace"], write.pod, write.uid, write.condition)
+        if plan.recheck_after_seconds is not None and flags.attempt < GATE_RECHECK_ATTEMPTS:
+            outcome.continue_in = plan.recheck_after_seconds
 
     # -- DELETE path ----------------------------------------------------------------------------------------------
     def _delete(self, svc: KubeObject, outcome: Outcome, write_status: bool) -> None:

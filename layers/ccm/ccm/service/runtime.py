@@ -171,7 +171,7 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
             # Not a failure (no metric, no Warning): the hostname is out; the rest comes with the next receive.
             delay = scaled(outcome.continue_in)
             self.defer(record.message_id, delay)
-            logger.info("hostname published; listeners and targets follow", extra={"retry_in_seconds": delay})
+            logger.info("the pass continues later", extra={"retry_in_seconds": delay})
             raise Deferred(f"continues in {delay} s")
 
     @staticmethod
@@ -202,6 +202,7 @@ def pass_flags(delta: Delta, attempt: int, batch_creations: int) -> PassFlags:
         # Among other creations: hostname first, the rest after the burst's creations (a retry too: its rest would
         # take the bucket's tokens from the CreateLoadBalancer calls still waiting).
         hostname_first=max(batch_creations, delta.burst if delta.type == "ADDED" else 0) >= BURST_CREATIONS,
+        attempt=attempt,
     )
 
 
