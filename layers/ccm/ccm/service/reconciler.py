@@ -7,9 +7,9 @@ step is idempotent, and a crash at any line is repaired by the retry (which runs
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 import time
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from ccm.contracts import kube as p
@@ -29,8 +29,8 @@ from ccm.contracts.cloud import (
 from ccm.contracts.cluster import Cluster
 from ccm.contracts.endpoints import IpBackends, address_type, gate_candidates, gates_of
 from ccm.contracts.kube import KubeEndpoints, KubeServices, Members
-from ccm.contracts.readiness_gates import gate_condition_type, plan_gates
 from ccm.contracts.messages import Delta
+from ccm.contracts.readiness_gates import gate_condition_type, plan_gates
 from ccm.retry import CONTINUATION_DELAY_SECONDS
 from ccm.service.decisions import Action, confirm_delete, decide, hint_delete_refusal, ingress_equal
 
