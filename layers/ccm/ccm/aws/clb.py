@@ -101,7 +101,9 @@ class ClassicLoadBalancers:
         groups: list[str] = []
         if self.security_groups is not None:
             tags_wanted = dict(desired.tags)
-            groups = self.security_groups.ensure_lb_group(name, model.service, config, "clb", tags_wanted, scanned)
+            groups = self.security_groups.ensure_lb_group(
+                name, model.service, config, "clb", tags_wanted, scanned, model.frontend
+            )
             desired = replace(desired, security_groups=tuple(groups))
         if lb is None:
             observed = m.observed_after_create(desired, writes.create_lb(self.clients, self.vpc_id, desired))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from ccm.aws import clb_model, nlb_model
 from ccm.aws import names as aws_names
+from ccm.aws import security_groups_model as sgm
 from ccm.aws.applied import fingerprint
 from ccm.aws.lbconfig import LbType, LoadBalancerConfig, parse_load_balancer_config
 from ccm.aws.lbconfig.notices import annotation_notices
@@ -50,6 +51,8 @@ class LoadBalancerModel:
     # The member nodes (`with_members`): their instances are the targets; their zones place a new LB's subnets.
     nodes: tuple[KubeObject, ...] = field(default=(), compare=False, repr=False)
     instances: frozenset[str] = frozenset()
+    # The security-group plan: bring-your-own groups, or the frontend rules and where they go (ccm.aws.security_groups).
+    frontend: sgm.FrontendPlan | None = field(default=None, repr=False)
 
     @property
     def tags(self) -> dict[str, str]:
@@ -119,6 +122,7 @@ def build(service: KubeObject, cluster: Cluster) -> LoadBalancerModel:
         nlb=nlb,
         clb=clb,
         of_our_class=p.spec(service).get("loadBalancerClass") == cluster.load_balancer_class,
+        frontend=sgm.frontend_plan(config, config.lb_type),
     )
 
 

@@ -213,7 +213,7 @@ class NetworkLoadBalancers:
         ):
             return [], None, None
         group_ids = self.security_groups.ensure_lb_group(
-            model.name, model.service, model.config, "nlb", dict(model.config.additional_tags), scanned
+            model.name, model.service, model.config, "nlb", dict(model.config.additional_tags), scanned, model.frontend
         )
         attached = list(lb.get("SecurityGroups") or []) if lb is not None else []
         swapped = None

@@ -131,24 +131,27 @@ class SecurityGroups:
         lb_type: str,
         extra_tags: dict[str, str],
         scanned: bool = False,
+        plan: m.FrontendPlan | None = None,
     ) -> list[str]:
         """The SG ids to attach to the LB: bring-your-own groups (annotation security-groups, used as is, never
         modified) or our managed group `k8s-elb-<lb_name>` (created with its tags via TagSpecifications, rules
         converged), then extra-security-groups. Idempotent; finds its group by name + VPC + cluster tag.
-        `scanned`: `learn_cluster_groups` read the cluster's groups just before."""
-        extra = list(config.extra_security_groups)
-        self._check_named_groups([*config.security_groups, *extra])
-        if config.security_groups:
+        `scanned`: `learn_cluster_groups` read the cluster's groups just before. `plan`: the pass's model's
+        (`m.frontend_plan(config, lb_type)` when not given)."""
+        plan = plan or m.frontend_plan(config, lb_type)
+        extra = list(plan.extra)
+        self._check_named_groups([*plan.named, *extra])
+        if plan.named:
             # Bring-your-own groups, as before, without the backend group: the author chose what the LB carries
             # (and an LB carries at most 5), their first group keeps its node rule, and Services sharing one
             # group share that rule (one per source), so they do not grow the node group per LB either.
-            return _unique([*config.security_groups, *extra])
+            return _unique([*plan.named, *extra])
         # A new environment: one read instead of four (learn_cluster_groups).
         scanned = scanned or (self.shared.cached(m.ROLE_BACKEND) is None and self._nodes.learn_cluster_groups())
         backend = self.shared.group_id(m.ROLE_BACKEND, scanned)
-        if m.open_to_all(config, lb_type):
+        if plan.shared:
             # The listener group of its port set: exactly its listeners, open to all (ccm.aws.frontend_model).
-            listeners = self.shared.listener_group(desired_lb_rules(config, lb_type), scanned)
+            listeners = self.shared.listener_group(plan.rules, scanned)
             return _unique([listeners, backend, *extra])
         group = self._managed_group(lb_name)
         if group is None:
@@ -158,7 +161,7 @@ class SecurityGroups:
             self._claim(group, str(meta.get("uid", "")), f"{meta.get('namespace', '')}/{meta.get('name', '')}")
         group_id = str(group["GroupId"])
         current = m.rules_from_permissions(group.get("IpPermissions", []))
-        authorize, revoke = plan_rules(current, desired_lb_rules(config, lb_type))
+        authorize, revoke = plan_rules(current, plan.rules)
         # Authorize before revoking: a changed range is never briefly closed to both the old and the new clients.
         try:
             self._rules.authorize(group_id, authorize, lb_rules=True)

@@ -365,3 +365,24 @@ def shared_role(group: Mapping[str, Any], cluster_tag: str) -> str | None:
     tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
     role = tags.get(ROLE_TAG)
     return role if tags.get(cluster_tag) == "owned" and role in (ROLE_BACKEND, ROLE_FRONTEND, ROLE_LISTENERS) else None
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendPlan:
+    """What a Service's load balancer carries (pure, part of the pass's model: ccm.aws.model): bring-your-own groups
+    (`named`, used as they are) or the frontend `rules` (on the cluster's listener group of its port set when
+    `shared`, else on the Service's own group) beside the backend group; then the `extra` groups."""
+
+    named: tuple[str, ...]
+    extra: tuple[str, ...]
+    shared: bool
+    rules: frozenset[IngressRule]
+
+
+def frontend_plan(config: LoadBalancerConfig, lb_type: str) -> FrontendPlan:
+    return FrontendPlan(
+        tuple(config.security_groups),
+        tuple(config.extra_security_groups),
+        open_to_all(config, lb_type),
+        desired_lb_rules(config, lb_type),
+    )
