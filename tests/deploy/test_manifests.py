@@ -3,18 +3,20 @@ code's Kubernetes calls exactly, and `kubectl apply --dry-run=server` passes aga
 
 from __future__ import annotations
 
+import ast
 import copy
 import re
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from ccm.doctor.access import LAMBDA_GROUPS, LAMBDA_RULES
+from ccm.doctor.access import LAMBDA_GROUPS, LAMBDA_RULES, WATCHER_RULES
 from ccm.doctor.facts import RbacRule
 from devstack.k8s_emulator import Emulator
 from tests.deploy import schema
@@ -25,64 +27,131 @@ NAMESPACE = "serverless-ccm"
 _CALL = re.compile(r"\bcore\.([a-z_]+)\b")  # the official client's calls, and methods handed to an informer
 _METHOD = re.compile(r"(read|list|create|patch|replace|delete)_(namespaced_)?([a-z]+?)(_status)?(_for_all_namespaces)?")
 _VERBS = {"read": "get", "list": "list", "create": "create", "patch": "patch", "replace": "update", "delete": "delete"}
-# The functions' own client (ccm.k8s.rest): `api.<method>(<path expression>, ...)`.
-_REST_CALL = re.compile(r"\bapi\.(get|post|patch|delete|request)\(")
-_REST_VERBS = {"get": "get", "post": "create", "patch": "patch", "delete": "delete"}
-_COLLECTIONS = {'"/api/v1/nodes"': "nodes", '"/api/v1/services"': "services"}
+# The functions' own client (ccm.k8s.rest): `api.<method>(<path expression>, ...)`, the path resolved statically.
+_REST_METHODS = {"get", "post", "patch", "delete", "request"}
 
 
 def k8s_calls(*roots: Path) -> set[tuple[str, str]]:
-    """(resource, verb) of every CoreV1Api call in the code, e.g. core.patch_namespaced_service_status ->
-    ("services/status", "patch")."""
+    """(resource, verb) of every Kubernetes call in the code, the resource `qualified`:
+    core.patch_namespaced_service_status -> ("services/status", "patch"),
+    api.get(endpoint_slices_path(ns), query) -> ("endpointslices.discovery.k8s.io", "list")."""
     calls: set[tuple[str, str]] = set()
-    for root in roots:
-        for path in root.rglob("*.py"):
-            for method in _CALL.findall(path.read_text()):
-                match = _METHOD.fullmatch(method)
-                assert match, f"{path}: unrecognised Kubernetes call core.{method}"
-                resource = match[3] + "s" + ("/status" if match[4] else "")
-                calls.add((resource, _VERBS[match[1]]))
-            text = path.read_text()
-            for match in _REST_CALL.finditer(text):
-                calls.add(_rest_call(path, match[1], _first_argument(text, match.end())))
+    files = [path for root in roots for path in sorted(root.rglob("*.py"))]
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in files}
+    helpers = _path_helpers(trees.values())
+    for path, tree in trees.items():
+        for method in _CALL.findall(path.read_text()):
+            match = _METHOD.fullmatch(method)
+            assert match, f"{path}: unrecognised Kubernetes call core.{method}"
+            resource = match[3] + "s" + ("/status" if match[4] else "")
+            calls.add((resource, _VERBS[match[1]]))
+        calls |= {_rest_call(path, call, scope, helpers) for call, scope in _rest_calls(tree)}
     return calls
 
 
-def _first_argument(text: str, start: int) -> str:
-    depth = 0
-    for end in range(start, len(text)):
-        char = text[end]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            if depth == 0:
-                break
-            depth -= 1
-        elif char == "," and depth == 0:
-            break
-    return " ".join(text[start:end].split())
+def _path_helpers(trees: Iterable[ast.Module]) -> dict[str, ast.expr]:
+    """Module-level functions whose body is `return <expression>` (after a docstring): service_path, pod_path ...
+    name -> the returned expression (its parameters are unknown values). A name defined twice is left out."""
+    found: dict[str, list[ast.expr]] = {}
+    for tree in trees:
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]  # the docstring
+            if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+                found.setdefault(node.name, []).append(body[0].value)
+    return {name: exprs[0] for name, exprs in found.items() if len(exprs) == 1}
 
 
-def _rest_call(path: Path, method: str, path_expr: str) -> tuple[str, str]:
-    """("nodes", "list") for `api.get("/api/v1/nodes", query)`, ("services/status", "patch") for
-    `api.patch(service_path(ns, name) + "/status", body)`..."""
-    assert method != "request", f"{path}: call api.get/post/patch/delete, so RBAC can be derived: {path_expr}"
-    if path_expr in _COLLECTIONS:
-        assert method == "get", f"{path}: {method} on a collection"
-        return _COLLECTIONS[path_expr], "list"
-    kinds = [kind for kind in ("events", "service", "node") if kind in path_expr]
-    assert len(kinds) == 1, f"{path}: cannot tell the resource of api.{method}({path_expr})"
-    resource = kinds[0].rstrip("s") + "s" + ("/status" if "/status" in path_expr else "")
-    return resource, _REST_VERBS[method]
+def _rest_calls(tree: ast.Module) -> Iterator[tuple[ast.Call, dict[str, list[ast.expr]]]]:
+    """Each `api.<method>(...)` or `self.api.<method>(...)`, with the assignments of the innermost function holding
+    it (the local names its path expression may use)."""
+    scopes: list[ast.AST] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    seen: set[int] = set()
+    for scope in [*reversed(scopes), tree]:  # ast.walk is breadth-first: reversed, inner functions come first
+        assigned: dict[str, list[ast.expr]] = {}
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                assigned.setdefault(node.targets[0].id, []).append(node.value)
+        for node in ast.walk(scope):
+            if id(node) in seen or not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            owner = node.func.value
+            is_api = (isinstance(owner, ast.Name) and owner.id == "api") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "api"
+            )
+            if is_api and node.func.attr in _REST_METHODS:
+                seen.add(id(node))
+                yield node, assigned
+
+
+def _path_template(expr: ast.expr, scope: dict[str, list[ast.expr]], helpers: dict[str, ast.expr]) -> str | None:
+    """The request path an expression builds, "{}" for a value not known statically: service_path(ns, n) + "/status"
+    -> "/api/v1/namespaces/{}/services/{}/status". None if the expression is not visibly a path (a parameter, a
+    value computed elsewhere, a name assigned twice)."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        return expr.value
+    if isinstance(expr, ast.JoinedStr):
+        parts = []
+        for value in expr.values:
+            inner = _path_template(value.value if isinstance(value, ast.FormattedValue) else value, scope, helpers)
+            if isinstance(value, ast.FormattedValue) and not (inner or "").startswith("/"):
+                inner = "{}"  # quote(name), a variable: a value, not a path
+            parts.append(inner or "{}")
+        return "".join(parts)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        left, right = _path_template(expr.left, scope, helpers), _path_template(expr.right, scope, helpers)
+        return left + right if left is not None and right is not None else None
+    if isinstance(expr, ast.Name) and len(scope.get(expr.id, [])) == 1:  # (without itself: `path = path + "/x"`)
+        return _path_template(scope[expr.id][0], {k: v for k, v in scope.items() if k != expr.id}, helpers)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in helpers:
+        return _path_template(helpers[expr.func.id], {}, {k: v for k, v in helpers.items() if k != expr.func.id})
+    return None
+
+
+def _rest_call(
+    path: Path, call: ast.Call, scope: dict[str, list[ast.expr]], helpers: dict[str, ast.expr]
+) -> tuple[str, str]:
+    """The request as kube-apiserver reads its path (k8s.io/apiserver RequestInfoFactory): /api/v1 (the core group
+    "") or /apis/<group>/<version>, then namespaces/<namespace>, then <resource>[/<name>[/<subresource>]]; a GET of a
+    collection is list, of an object get."""
+    source = ast.unparse(call)
+    method = call.func.attr if isinstance(call.func, ast.Attribute) else ""
+    assert method != "request", f"{path}: call api.get/post/patch/delete, so RBAC can be derived: {source}"
+    template = _path_template(call.args[0], scope, helpers) if call.args else None
+    assert template and template.startswith("/"), f"{path}: cannot tell the resource of {source}"
+    parts = template.strip("/").split("/")
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    else:
+        assert parts[0] == "apis" and len(parts) >= 3, f"{path}: not an API path: {template} ({source})"
+        group, rest = parts[1], parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    assert 1 <= len(rest) <= 3 and "{}" not in rest[0::2], f"{path}: cannot tell the resource of {source}: {template}"
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) == 3 else "")
+    collection = len(rest) == 1
+    verb = {"get": "list" if collection else "get", "post": "create", "patch": "patch"}.get(method)
+    verb = verb or ("deletecollection" if collection else "delete")
+    return qualified(resource, group), verb
+
+
+def qualified(resource: str, group: str) -> str:
+    """A resource of a named API group as kubectl spells it: endpointslices.discovery.k8s.io, deployments.apps/scale;
+    one of the core group as is: services/status."""
+    base, slash, sub = resource.partition("/")
+    return (f"{base}.{group}" if group else base) + slash + sub
 
 
 def granted(role: Obj) -> set[tuple[str, str]]:
-    """(resource, verb) pairs; a resource of a named API group as kubectl spells it: endpointslices.discovery.k8s.io."""
+    """(resource, verb) pairs, the resource `qualified`."""
     out: set[tuple[str, str]] = set()
     for rule in role["rules"]:
         (group,) = rule["apiGroups"]
         assert "resourceNames" not in rule
-        out |= {(f"{r}.{group}" if group else r, v) for r in rule["resources"] for v in rule["verbs"]}
+        out |= {(qualified(r, group), v) for r in rule["resources"] for v in rule["verbs"]}
     return out
 
 
@@ -252,6 +321,10 @@ def test_lambda_roles_together_grant_exactly_the_calls_the_functions_make() -> N
         ("nodes", "patch"),
         ("nodes", "delete"),
         ("nodes/status", "patch"),
+        ("endpointslices.discovery.k8s.io", "list"),  # `ip` targets: a Service's slices (k8s/endpoints.py)
+        ("pods", "get"),  # the pods of gated endpoints: a few by name ...
+        ("pods", "list"),  # ... many by the Service's selector
+        ("pods/status", "patch"),  # the readiness-gate condition
         ("events", "create"),
         ("events", "get"),  # a repeat: read the Event another environment made, then raise its count
         ("events", "patch"),
@@ -263,7 +336,7 @@ def test_lambda_roles_together_grant_exactly_the_calls_the_functions_make() -> N
 
 def test_each_function_role_grants_exactly_what_the_doctor_expects() -> None:
     def key(rule: RbacRule) -> tuple[str, str]:
-        return (rule.resource + (f"/{rule.subresource}" if rule.subresource else ""), rule.verb)
+        return (qualified(rule.resource + (f"/{rule.subresource}" if rule.subresource else ""), rule.group), rule.verb)
 
     for kind, role in lambda_roles().items():
         needed = {key(r) for r in LAMBDA_RULES[kind] if r.allowed}
@@ -273,6 +346,57 @@ def test_each_function_role_grants_exactly_what_the_doctor_expects() -> None:
     assert not {v for r, v in granted(roles["sweeper"]) if r.startswith("nodes")}  # the sweeper never touches Nodes
     assert not {r for r, _ in granted(roles["routes"]) if r.startswith("services")}  # nor routes Services
     assert ("nodes", "delete") not in granted(roles["services"])
+    # Only the service reconciler touches pods (`ip` targets), and only their status: no pod is changed or removed.
+    assert {k for k, role in roles.items() if any(r.startswith("pods") for r, _ in granted(role))} == {"services"}
+    assert {(r, v) for r, v in granted(roles["services"]) if r.startswith("pods")} == {
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods/status", "patch"),
+    }
+
+
+def test_the_watcher_role_grants_exactly_what_the_doctor_expects() -> None:
+    role = find(render("base"), "ClusterRole", "serverless-ccm:watcher")
+    expected = {(qualified(r.resource, r.group), r.verb) for r in WATCHER_RULES if r.allowed and not r.subresource}
+    assert len(expected) == len([r for r in WATCHER_RULES if r.allowed])
+    assert granted(role) == expected
+    assert not granted(role) & {(qualified(r.resource, r.group), r.verb) for r in WATCHER_RULES if not r.allowed}
+
+
+def test_the_call_scanner_reads_paths_as_the_api_server_does(tmp_path: Path) -> None:
+    """k8s_calls resolves the path of each api.<method>(...) through path helpers (across modules), local names and
+    f-strings, and reads it as kube-apiserver does: group, namespace, resource, name, subresource."""
+    (tmp_path / "paths.py").write_text(
+        "def widgets_path(namespace):\n"
+        '    """A docstring."""\n'
+        '    return f"/apis/example.io/v1/namespaces/{quote(namespace)}/widgets"\n'
+        "def widget_path(namespace, name):\n"
+        '    return f"{widgets_path(namespace)}/{quote(name)}"\n'
+    )
+    (tmp_path / "calls.py").write_text(
+        "def calls(api, self, ns, name, path):\n"
+        "    api.get(widgets_path(ns), {'limit': 1})\n"
+        "    self.api.get(widget_path(ns, name))\n"
+        "    self.api.patch(widget_path(ns, name) + '/status', {})\n"
+        "    collection = f'/api/v1/namespaces/{ns}/configmaps'\n"
+        "    api.post(collection, {})\n"
+        "    api.delete(f'{collection}/{name}')\n"
+        "    api.get('/api/v1/namespaces')\n"
+        "    pages(lambda q: api.get('/apis/apps/v1/deployments', q))\n"
+    )
+    assert k8s_calls(tmp_path) == {
+        ("widgets.example.io", "list"),
+        ("widgets.example.io", "get"),
+        ("widgets.example.io/status", "patch"),
+        ("configmaps", "create"),
+        ("configmaps", "delete"),
+        ("namespaces", "list"),
+        ("deployments.apps", "list"),
+    }
+    for opaque in ("api.get(path)", "api.request('GET', '/api/v1/nodes')", "api.get(somewhere(ns))"):
+        (tmp_path / "calls.py").write_text(f"def calls(api, path, ns):\n    {opaque}\n")
+        with pytest.raises(AssertionError, match=r"cannot tell the resource|so RBAC can be derived"):
+            k8s_calls(tmp_path)
 
 
 def test_each_access_entry_maps_its_function_role_to_its_own_bound_group() -> None:

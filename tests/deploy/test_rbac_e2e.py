@@ -24,7 +24,7 @@ from ccm.node import model as m
 from devstack.k8s_emulator import Emulator
 from devstack.stack import Stack, StackConfig
 from tests.deploy.conftest import kubectl_binary, rendered_text
-from tests.e2e.helpers import create_lb_service, hostname
+from tests.e2e.helpers import A, create_lb_service, hostname
 from tests.e2e.test_nodes import create_node, launch, provider_id, read_node
 from tests.e2e.test_routes import condition, expected, pod_routes, safety_pass
 
@@ -96,6 +96,21 @@ def test_service_gets_its_load_balancer(stack: Stack) -> None:
     live = core_as(stack.kubeconfig).read_namespaced_service("rbac-web", "default")
     assert "service.kubernetes.io/load-balancer-cleanup" in (live.metadata.finalizers or [])
     assert live.metadata.uid == svc["metadata"]["uid"]
+
+
+def test_an_ip_service_reads_its_endpointslices_under_the_services_group(stack: Stack) -> None:
+    """nlb-target-type ip: the service reconciler lists the Service's EndpointSlices (discovery.k8s.io) with its own
+    group's grant."""
+    assert stack.emulator is not None
+    create_lb_service(stack, "rbac-ip", [80], {A + "type": "nlb", A + "nlb-target-type": "ip"})
+    stack.wait_for(lambda: hostname(stack, "rbac-ip"), timeout=60, what="LB hostname of the ip Service")
+    lists = [
+        e
+        for e in stack.emulator.request_log.snapshot()
+        if e["method"] == "GET"
+        and e["path"].split("?")[0] == "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    ]
+    assert lists and {(e["user"], e["status"]) for e in lists} == {(USERS["services"], 200)}, lists
 
 
 def test_tainted_node_is_initialised(stack: Stack) -> None:
@@ -225,6 +240,18 @@ def test_verbs_outside_each_role_are_forbidden(stack: Stack) -> None:
             "nodes",
         ),
         (lambda: fn["nodes"].list_namespaced_service_account("serverless-ccm"), "list", "serviceaccounts", "nodes"),
+        # Pods: only the service reconciler reads them (`ip` targets) and writes only their readiness-gate status.
+        (lambda: fn["services"].delete_namespaced_pod("web-0", "default"), "delete", "pods", "services"),
+        (lambda: fn["services"].patch_namespaced_pod("web-0", "default", label, **merge), "patch", "pods", "services"),
+        (
+            lambda: fn["nodes"].patch_namespaced_pod_status("web-0", "default", {}, **merge),
+            "patch",
+            "pods/status",
+            "nodes",
+        ),
+        (lambda: fn["routes"].list_namespaced_pod("default"), "list", "pods", "routes"),
+        (lambda: fn["sweeper"].read_namespaced_pod("web-0", "default"), "get", "pods", "sweeper"),
+        (lambda: watcher.list_pod_for_all_namespaces(), "list", "pods", WATCHER_USER),
     ]
     for call, verb, resource, who in cases:
         user = USERS.get(who, who)

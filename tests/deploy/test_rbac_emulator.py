@@ -13,6 +13,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from ccm.doctor.access import LAMBDA_GROUPS
+from ccm.k8s.kube import ApiError, Kube
+from ccm.k8s.kubeconfig import from_kubeconfig
 from devstack.k8s_emulator import Emulator
 from devstack.k8s_emulator.rbac import Attributes, allowed, forbidden_message, load_objects, rule_allows, user_groups
 from tests.deploy.conftest import render
@@ -181,6 +183,64 @@ def test_service_reconciler_group_gets_exactly_its_verbs(cluster: Emulator, tmp_
     refused(lambda: core.create_namespace({"metadata": {"name": "evil"}}))
     refused(lambda: core.list_namespaced_event("default"))
     assert cluster.get("nodes", None, "n1") is not None
+
+
+def test_service_reconciler_group_serves_ip_targets_with_exactly_its_pod_verbs(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    """ccm.k8s.endpoints as the service reconciler's user: the Service's EndpointSlices, its gated pods by name and
+    by selector, the readiness-gate condition on pods/status; and no other function's group may do any of it."""
+    gate = "target-health.ccm.aws/web"
+    cluster.create(
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.10"], "conditions": {"ready": False}}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }
+    )
+    for i in range(5):
+        cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"web-{i}", "namespace": "default", "labels": {"app": "web"}},
+                "spec": {
+                    "containers": [{"name": "app", "image": "app:1"}],
+                    "readinessGates": [{"conditionType": gate}],
+                },
+            }
+        )
+
+    def kube(kind: str) -> Kube:
+        token = f"{kind}-token"
+        return Kube(from_kubeconfig(cluster.write_kubeconfig(str(tmp_path / f"kube-{kind}"), token=token)))
+
+    services = kube("services")
+    assert [s["metadata"]["name"] for s in services.list_endpoint_slices("default", "web")] == ["web-1"]
+    assert set(services.pods_by_name("default", ["web-0"], {"app": "web"})) == {"web-0"}  # GET by name
+    assert len(services.pods_by_name("default", [f"web-{i}" for i in range(5)], {"app": "web"})) == 5  # LIST
+    uid = services.pods_by_name("default", ["web-1"])["web-1"]["metadata"]["uid"]
+    written = services.patch_pod_condition("default", "web-1", uid, {"type": gate, "status": "False"})
+    assert written is not None and gate in {c["type"] for c in written["status"]["conditions"]}
+    assert {e["status"] for e in cluster.request_log.snapshot() if e["user"] == LAMBDA_USER} == {200}
+    for kind in ("nodes", "routes", "sweeper"):
+        other = kube(kind)
+        for call in (
+            lambda other=other: other.list_endpoint_slices("default", "web"),
+            lambda other=other: other.pods_by_name("default", ["web-0"]),
+            lambda other=other: other.pods_by_name("default", [f"web-{i}" for i in range(5)], {"app": "web"}),
+            lambda other=other: other.patch_pod_condition("default", "web-1", uid, {"type": gate, "status": "True"}),
+        ):
+            with pytest.raises(ApiError) as err:
+                call()
+            assert err.value.status == 403, kind
+    core = core_for(cluster, tmp_path, "services-token")
+    refused(lambda: core.delete_namespaced_pod("web-0", "default"))  # reads pods, writes only the gate's status
+    refused(lambda: core.patch_namespaced_pod("web-0", "default", {"metadata": {"labels": {"x": "y"}}}))
+    assert cluster.get("pods", "default", "web-0") is not None
 
 
 def test_nodes_group_gets_exactly_its_verbs(cluster: Emulator, tmp_path: Path) -> None:

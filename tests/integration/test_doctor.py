@@ -279,6 +279,27 @@ def test_rbac_missing_a_verb_fails_and_names_the_manifest(
     assert exit_code(findings) == 1
 
 
+def test_a_grant_in_the_wrong_api_group_fails_the_watcher_and_the_service_reconciler(
+    env: Env, cluster: Callable[[list[dict[str, Any]]], str]
+) -> None:
+    """EndpointSlices granted in the core group (apiGroups [""]) instead of discovery.k8s.io: the reviews carry the
+    group, so both subjects that need them fail, named as kubectl spells the resource."""
+    objects = shipped_rbac()
+    for role in (o for o in objects if o["kind"] == "ClusterRole"):
+        for rule in role["rules"]:
+            if rule["apiGroups"] == ["discovery.k8s.io"]:
+                rule["apiGroups"] = [""]
+    findings = findings_of(env, "--kubeconfig", cluster(objects + shipped_watcher(env)))
+    [services] = by_check(findings, "rbac.group.services")
+    assert services.status == "fail" and services.message.endswith("may not: list endpointslices.discovery.k8s.io")
+    [watcher] = by_check(findings, "rbac.serviceaccount")
+    assert watcher.status == "fail"
+    assert watcher.message.endswith(
+        "may not: list endpointslices.discovery.k8s.io, watch endpointslices.discovery.k8s.io"
+    )
+    assert {f.status for f in by_check(findings, "rbac.group.nodes")} == {"ok"}
+
+
 def test_a_function_group_bound_to_another_functions_role_warns(
     env: Env, cluster: Callable[[list[dict[str, Any]]], str]
 ) -> None:
@@ -377,6 +398,19 @@ def test_the_emulator_answers_subject_access_reviews_like_a_cluster(tmp_path: Pa
         assert not check("arn:fn", ["serverless-ccm:routes"], RbacRule("patch", "services", "status"))
         assert not check("arn:fn", ["serverless-ccm:sweeper"], RbacRule("delete", "nodes"))
         assert not check("arn:fn", ["other"], RbacRule("patch", "services", "status"))
+        # The API group is part of the question, as on kube-apiserver: the same resource name in the core group is
+        # another resource, which nothing grants.
+        slices = RbacRule("list", "endpointslices", group="discovery.k8s.io")
+        assert check(watcher, [], slices) and check(
+            watcher, [], RbacRule("watch", "endpointslices", group=slices.group)
+        )
+        assert not check(watcher, [], RbacRule("list", "endpointslices"))
+        assert check("arn:fn", ["serverless-ccm:services"], slices)
+        assert not check("arn:fn", ["serverless-ccm:services"], RbacRule("watch", "endpointslices", group=slices.group))
+        assert not check("arn:fn", ["serverless-ccm:services"], RbacRule("list", "endpointslices", group="apps"))
+        assert check("arn:fn", ["serverless-ccm:services"], RbacRule("patch", "pods", "status"))
+        assert not check("arn:fn", ["serverless-ccm:services"], RbacRule("patch", "pods"))
+        assert not check("arn:fn", ["serverless-ccm:nodes"], RbacRule("patch", "pods", "status"))
     finally:
         emu.stop()
 

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from ccm.doctor.access import LAMBDA_GROUPS, LAMBDA_RULES, check_access_entries, check_queues, check_rbac
+from ccm.doctor.access import (
+    LAMBDA_GROUPS,
+    LAMBDA_RULES,
+    WATCHER_RULES,
+    check_access_entries,
+    check_queues,
+    check_rbac,
+)
 from ccm.doctor.checks import run_checks
 from ccm.doctor.facts import AccessEntryFacts, Facts, NetworkFacts, QueueFacts, RbacFacts, RbacRule, RoleFacts
 from ccm.doctor.findings import Finding, exit_code, to_json, to_table
@@ -356,6 +363,37 @@ def test_each_function_must_not_have_what_only_another_needs() -> None:
     assert RbacRule("patch", "services") in denied["routes"] & denied["nodes"] & denied["sweeper"]
     for kind in LAMBDA_RULES:
         assert not needs[kind] & denied[kind], kind
+
+
+def test_rules_name_their_api_group() -> None:
+    """A rule of a named API group carries it (the SubjectAccessReview's resourceAttributes.group); core is ""."""
+    services = set(LAMBDA_RULES["services"])
+    slices = RbacRule("list", "endpointslices", group="discovery.k8s.io")
+    assert {slices, RbacRule("get", "pods"), RbacRule("list", "pods"), RbacRule("patch", "pods", "status")} <= services
+    assert str(slices) == "list endpointslices.discovery.k8s.io" and str(RbacRule("patch", "pods", "status")) == (
+        "patch pods/status"
+    )
+    assert {r.group for kind, rules in LAMBDA_RULES.items() for r in rules if kind != "services"} == {""}
+    assert {
+        RbacRule("list", "endpointslices", group="discovery.k8s.io"),
+        RbacRule("watch", "endpointslices", group="discovery.k8s.io"),
+    } <= set(WATCHER_RULES)
+    for kind in ("nodes", "routes", "sweeper"):  # only the service reconciler writes a pod's readiness gate
+        assert RbacRule("patch", "pods", "status", allowed=False) in LAMBDA_RULES[kind], kind
+
+
+def test_a_grant_in_the_wrong_api_group_is_missing() -> None:
+    """endpointslices granted in the core group (apiGroups [""]) is not endpointslices.discovery.k8s.io: the checker
+    is asked with the group, and the finding names the resource as kubectl does."""
+
+    def checker(user: str, groups: list[str], rule: RbacRule) -> bool:  # what RBAC answers for that role
+        return rule.allowed and rule.group != "discovery.k8s.io"
+
+    [facts] = gather_rbac(checker, {}, ("ns", "sa"), WATCHER_RULES)
+    [failed] = check_rbac([facts], None)
+    assert failed.status == "fail" and failed.message.endswith(
+        "may not: list endpointslices.discovery.k8s.io, watch endpointslices.discovery.k8s.io"
+    )
 
 
 def test_rbac_checker_errors_are_unknown() -> None:

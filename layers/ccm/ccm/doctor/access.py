@@ -16,13 +16,19 @@ LAMBDA_GROUPS: dict[RoleKind, str] = {
 
 
 def _rules(allowed: bool, *specs: str) -> tuple[RbacRule, ...]:
-    """Each spec is "verb resource[/subresource]"."""
-    parsed = ((verb, *res.partition("/")) for verb, res in (spec.split() for spec in specs))
-    return tuple(RbacRule(verb, resource, sub, allowed) for verb, resource, _, sub in parsed)
+    """Each spec is "verb resource[.group][/subresource]", as kubectl spells it: "patch services/status",
+    "list endpointslices.discovery.k8s.io" (a core resource's name has no dot)."""
+    rules = []
+    for verb, spec in (spec.split() for spec in specs):
+        qualified, _, sub = spec.partition("/")
+        resource, _, group = qualified.partition(".")
+        rules.append(RbacRule(verb, resource, sub, allowed, group))
+    return tuple(rules)
 
 
-# Every verb each function uses (ccm/k8s/kube.py, ccm/node/api.py, ccm/route/kube.py, ccm/sweeper/runtime.py), then
-# what it must not have: what another function needs (least privilege per function) and what none does.
+# Every verb each function uses (ccm/k8s/kube.py, ccm/k8s/endpoints.py, ccm/node/api.py, ccm/route/kube.py,
+# ccm/sweeper/runtime.py), then what it must not have: what another function needs (least privilege per function) and
+# what none does.
 NEVER = ("delete services", "get secrets")
 LAMBDA_RULES: dict[RoleKind, tuple[RbacRule, ...]] = {
     "services": _rules(
@@ -31,11 +37,15 @@ LAMBDA_RULES: dict[RoleKind, tuple[RbacRule, ...]] = {
         "patch services",
         "patch services/status",
         "list nodes",
+        "list endpointslices.discovery.k8s.io",  # `ip` targets (k8s/endpoints.py)
+        "get pods",  # the pods of gated endpoints: by name ...
+        "list pods",  # ... or by the Service's selector
+        "patch pods/status",  # our readiness-gate condition
         "create events",
         "get events",
         "patch events",
     )
-    + _rules(False, "patch nodes", "delete nodes", "patch nodes/status", *NEVER),
+    + _rules(False, "patch nodes", "delete nodes", "patch nodes/status", "delete pods", "update pods/status", *NEVER),
     "nodes": _rules(
         True,
         "get nodes",
@@ -47,18 +57,22 @@ LAMBDA_RULES: dict[RoleKind, tuple[RbacRule, ...]] = {
         "get events",
         "patch events",
     )
-    + _rules(False, "get services", "patch services", "patch services/status", *NEVER),
+    + _rules(False, "get services", "patch services", "patch services/status", "patch pods/status", *NEVER),
     "routes": _rules(True, "list nodes", "patch nodes/status", "create events", "get events", "patch events")
-    + _rules(False, "patch nodes", "delete nodes", "patch services", "patch services/status", *NEVER),
+    + _rules(
+        False, "patch nodes", "delete nodes", "patch services", "patch services/status", "patch pods/status", *NEVER
+    ),
     "sweeper": _rules(True, "list services", "create events", "get events", "patch events")
-    + _rules(False, "patch services", "list nodes", "delete nodes", "patch nodes", *NEVER),
+    + _rules(False, "patch services", "list nodes", "delete nodes", "patch nodes", "patch pods/status", *NEVER),
 }
-# The watcher only lists and watches (watcher/informer.py).
+# The watcher only lists and watches (watcher/informer.py; EndpointSlices for `ip` Services, watcher/endpoint_hints.py).
 WATCHER_RULES: tuple[RbacRule, ...] = (
     RbacRule("list", "services"),
     RbacRule("watch", "services"),
     RbacRule("list", "nodes"),
     RbacRule("watch", "nodes"),
+    RbacRule("list", "endpointslices", group="discovery.k8s.io"),
+    RbacRule("watch", "endpointslices", group="discovery.k8s.io"),
     RbacRule("patch", "services", allowed=False),
     RbacRule("get", "secrets", allowed=False),
 )

@@ -49,13 +49,19 @@ class AccessEntryFacts:
 
 @dataclass(frozen=True)
 class RbacRule:
+    """One access review: `verb` on `resource` (plural) [`subresource`] of API group `group` ("" is the core group,
+    as in a Role's apiGroups and a SubjectAccessReview's resourceAttributes.group)."""
+
     verb: str
     resource: str
     subresource: str = ""
     allowed: bool = True  # what we expect: True = needed, False = must NOT be granted (least privilege)
+    group: str = ""
 
     def __str__(self) -> str:
-        return f"{self.verb} {self.resource}{'/' + self.subresource if self.subresource else ''}"
+        """As kubectl spells it: `list endpointslices.discovery.k8s.io`, `patch services/status`."""
+        qualified = self.resource + (f".{self.group}" if self.group else "")
+        return f"{self.verb} {qualified}{'/' + self.subresource if self.subresource else ''}"
 
 
 @dataclass

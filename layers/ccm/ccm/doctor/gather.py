@@ -219,7 +219,7 @@ def kube_access_checker(kubeconfig: str | None) -> AccessChecker:
 
     def check(user: str, groups: list[str], rule: RbacRule) -> bool:
         attributes = client.V1ResourceAttributes(
-            verb=rule.verb, group="", resource=rule.resource, subresource=rule.subresource or None
+            verb=rule.verb, group=rule.group, resource=rule.resource, subresource=rule.subresource or None
         )
         review = client.V1SubjectAccessReview(
             spec=client.V1SubjectAccessReviewSpec(user=user, groups=groups, resource_attributes=attributes)

@@ -10,8 +10,8 @@ one value per field (`metadata.name=a` only, no set), so many names would still 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import Final
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Final
 
 from ccm.contracts.endpoints import SERVICE_NAME_LABEL
 from ccm.contracts.kube import KubeObject
@@ -21,8 +21,16 @@ GET_MAX: Final = 3
 PAGE_SIZE: Final = 500
 
 
+def endpoint_slices_path(namespace: str) -> str:
+    return f"/apis/discovery.k8s.io/v1/namespaces/{quote(namespace)}/endpointslices"
+
+
+def pods_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace)}/pods"
+
+
 def pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+    return f"{pods_path(namespace)}/{quote(name)}"
 
 
 def label_selector(labels: Mapping[str, str]) -> str:
@@ -30,14 +38,16 @@ def label_selector(labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def _list_all(api: KubeRest, path: str, selector: str, page_size: int = PAGE_SIZE) -> list[KubeObject]:
+def _list_all(get_page: Callable[[dict[str, str | int]], Any], selector: str, page_size: int) -> list[KubeObject]:
+    """Every page of a LIST by label. `get_page(query)` makes the call, so the resource it lists is written where
+    it is called (tests/deploy/test_manifests.py derives the RBAC from the calls)."""
     items: list[KubeObject] = []
     token: str | None = None
     while True:
         query: dict[str, str | int] = {"labelSelector": selector, "limit": page_size}
         if token:
             query["continue"] = token
-        page = api.get(path, query)
+        page = get_page(query)
         items.extend(page.get("items") or [])
         token = (page.get("metadata") or {}).get("continue")
         if not token:
@@ -51,8 +61,8 @@ class EndpointReads:
     page_size: int = PAGE_SIZE
 
     def list_endpoint_slices(self, namespace: str, service_name: str) -> list[KubeObject]:
-        path = f"/apis/discovery.k8s.io/v1/namespaces/{quote(namespace)}/endpointslices"
-        return _list_all(self.api, path, f"{SERVICE_NAME_LABEL}={service_name}", self.page_size)
+        selector = f"{SERVICE_NAME_LABEL}={service_name}"
+        return _list_all(lambda q: self.api.get(endpoint_slices_path(namespace), q), selector, self.page_size)
 
     def pods_by_name(
         self, namespace: str, names: Collection[str], selector: Mapping[str, str] | None = None
@@ -61,8 +71,7 @@ class EndpointReads:
         if not wanted:
             return {}
         if selector and len(wanted) > GET_MAX:
-            path = f"/api/v1/namespaces/{quote(namespace)}/pods"
-            pods = _list_all(self.api, path, label_selector(selector), self.page_size)
+            pods = _list_all(lambda q: self.api.get(pods_path(namespace), q), label_selector(selector), self.page_size)
             return {p["metadata"]["name"]: p for p in pods if p["metadata"]["name"] in wanted}
         found: dict[str, KubeObject] = {}
         for name in sorted(wanted):
