@@ -1,8 +1,8 @@
 """`python -m bench [--only KEY ...] [--scale small|full]`: run the measurement scenarios, write
 bench/results/latest.json and the PNG plots beside it, print a table of our figures beside the anchors.
 
-Keys (top-level JSON keys): aws_calls, k8s_calls, node_burst, latency_ms, watcher, cold_start, cost. Call counts
-are exact; every timing is one run on this machine. `--scale small` (or BENCH_SCALE=small) shrinks the timed
+Keys (top-level JSON keys): aws_calls, k8s_calls, node_burst, latency_ms, watcher, cold_start, cost, ip_targets.
+Call counts are exact; every timing is one run on this machine. `--scale small` (or BENCH_SCALE=small) shrinks the timed
 scenarios for CI; the JSON records the scale used.
 """
 
@@ -27,6 +27,7 @@ SCALES: dict[str, dict[str, dict[str, int]]] = {
         "scale": {"services": 300},
         "watcher": {"services": 10_000, "nodes": 5_000, "updates": 20_000},
         "cold_start": {"runs": 5},
+        "ip_targets": {"replicas": 100, "latency_ms": 50, "cost_replicas": 20},
     },
     # The full watcher size does not finish on the devstack here: at 10,000 Services the emulator's watch delivery
     # and moto's SQS become the bottleneck (docs/performance.md). Everything else as full.
@@ -35,12 +36,14 @@ SCALES: dict[str, dict[str, dict[str, int]]] = {
         "scale": {"services": 300},
         "watcher": {"services": 1_000, "nodes": 500, "updates": 2_000},
         "cold_start": {"runs": 5},
+        "ip_targets": {"replicas": 100, "latency_ms": 50, "cost_replicas": 20},
     },
     "small": {
         "latency_ms": {"services": 10, "latency_ms": 50, "concurrency": 10},
         "scale": {"services": 60},  # past the previous ceiling of about 55
         "watcher": {"services": 200, "nodes": 100, "updates": 400},
         "cold_start": {"runs": 1},
+        "ip_targets": {"replicas": 10, "latency_ms": 50, "cost_replicas": 10},
     },
 }
 
@@ -48,7 +51,7 @@ SCALES: dict[str, dict[str, dict[str, int]]] = {
 def scenarios(scale: str = "full") -> dict[str, Callable[[dict[str, Any]], Any]]:
     """Scenario per top-level key, in run order (cost reads the figures of the scenarios before it)."""
     from bench import packaging
-    from bench.scenarios import aws_calls, cost, k8s_calls, latency, node_burst, watcher_load
+    from bench.scenarios import aws_calls, cost, ip_targets, k8s_calls, latency, node_burst, watcher_load
     from bench.scenarios import scale as scale_scenario
 
     size = SCALES[scale]
@@ -61,6 +64,8 @@ def scenarios(scale: str = "full") -> dict[str, Callable[[dict[str, Any]], Any]]
         "watcher": lambda _: watcher_load.run(**size["watcher"]),
         "cold_start": lambda _: packaging.measure(**size["cold_start"]),
         "cost": cost.run,
+        # After cost: its bill is the base of ip_targets' cost_usd_month.
+        "ip_targets": lambda results: ip_targets.run(**size["ip_targets"], results=results),
     }
 
 

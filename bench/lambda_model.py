@@ -287,3 +287,59 @@ def describe(assumptions: Assumptions) -> dict[str, Any]:
     values["latency_ms"] = {k or "other": list(v) for k, v in assumptions.latency_ms.items()}
     values["aws_buckets"] = "devstack.aws_throttling (ELB and EC2 documented figures; other ELB actions 20 / 5 assumed)"
     return values
+
+
+def fifo_group(
+    arrivals: Sequence[float],
+    records: Sequence[Sequence[str]],
+    assumptions: Assumptions | None = None,
+    *,
+    k8s_calls: int = 2,
+    batch_size: int = 10,
+    memory_mb: int = 512,
+    seed: int = 1,
+) -> dict[str, Any]:
+    """One FIFO message group on real Lambda (a Service's ENDPOINTS hints during a rollout): message i becomes
+    visible at arrivals[i] (seconds, sorted) and makes the AWS calls records[i] in order, then `k8s_calls` Kubernetes
+    requests (read the Service, list its EndpointSlices). The group has at most one invocation in flight (SQS FIFO):
+    when it is free, a poller picks up the group's visible messages, up to batch_size, after esm_pickup_ms, and runs
+    them one after the other in one warm invocation (a Service's hints do not cold-start an environment of a busy
+    function). A throttled call (AWS's buckets, devstack.aws_throttling) is retried after botocore's jittered backoff.
+    Billed: each invocation's duration rounded up to the millisecond, at `memory_mb`; requests at Lambda's price are
+    left to the caller (bench.scenarios.ip_targets costs them)."""
+    a = assumptions or Assumptions()
+    rng = random.Random(seed)
+    buckets = _Buckets(1.0)
+    pickup = a.esm_pickup_ms / 1000
+    durations: list[float] = []
+    done: list[float] = []
+    free, i = 0.0, 0
+    while i < len(arrivals):
+        start = max(arrivals[i] + pickup, free)
+        j = i + 1
+        while j < len(arrivals) and j - i < batch_size and arrivals[j] + pickup <= start:
+            j += 1
+        t = start
+        for calls in records[i:j]:
+            for call in [*calls, *["k8s:request"] * k8s_calls]:
+                attempt = 1
+                while True:
+                    t += _latency_s(call, a.latency_ms, 1.0, rng)
+                    if buckets.take(call, t) or attempt >= a.retry_attempts:
+                        break
+                    t += rng.random() * a.retry_base_s * 2 ** (attempt - 1)
+                    attempt += 1
+            done.append(t)
+        durations.append(t - start)
+        free, i = t, j
+    latency = sorted((d - s) * 1000 for d, s in zip(done, arrivals, strict=True))
+    billed_ms = sum(math.ceil(d * 1000) for d in durations)
+    return {
+        "messages": len(arrivals),
+        "invocations": len(durations),
+        "billed_ms": billed_ms,
+        "duration_ms_mean": round(billed_ms / len(durations), 1) if durations else None,
+        "gb_s": round(billed_ms / 1000 * memory_mb / 1024, 3),
+        "visible_to_done_ms": {f"p{q}": round(percentile(latency, q), 1) if latency else None for q in (50, 99)},
+        "throttled_attempts": dict(sorted(buckets.throttled.items())),
+    }

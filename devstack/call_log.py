@@ -5,14 +5,17 @@ moto's response dispatch (server side), never a client library. Idempotent.
 
 For EC2 and ELB calls it also keeps every query parameter and, read from moto's state BEFORE the call is answered,
 the tags of each resource the call names (what IAM's aws:ResourceTag conditions see): an IAM evaluation of the
-call needs no guess (tests/e2e/test_iam_coverage.py). The signing key tells which function made it
+call needs no guess (tests/e2e/test_iam_coverage.py). Each call carries the wall time moto received it and the
+status it answered (bench/scenarios/ip_targets.py times target registrations with them); a call is appended once
+answered, so the list is in answer order. The signing key tells which function made it
 (devstack.sqs_sender.FUNCTION_OF_KEY: each function signs with its own)."""
 
 from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 _CREDENTIAL: Final = re.compile(r"Credential=([^/,\s]+)/")
@@ -30,6 +33,8 @@ class AwsCall:
     resource: str = ""  # QueueUrl / TableName / cluster name when the call names one
     params: tuple[tuple[str, str], ...] = ()  # EC2/ELB: the query parameters, flattened as sent
     tags: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # resource id/ARN/name -> its tags then
+    at: float = 0.0  # wall time (time.time()) moto received it: after the caller's injected latency, if any
+    status: int | None = None  # the HTTP status answered (None: moto raised); a throttled attempt is recorded too
 
     def param(self, name: str) -> str:
         return next((v for k, v in self.params if k == name), "")
@@ -69,6 +74,7 @@ def _install() -> None:
     original = BaseResponse.call_action
 
     def call_action(self: Any) -> Any:
+        call: AwsCall | None = None
         if _enabled:
             try:
                 found = _CREDENTIAL.search(self.headers.get("Authorization", ""))
@@ -80,15 +86,29 @@ def _install() -> None:
                 if self.service_name in ("ec2", "elb", "elbv2"):
                     flat = tuple(sorted((str(k), str(v[0])) for k, v in self.querystring.items() if v))
                     tags = _resource_tags(str(self.service_name), self.current_account, self.region, dict(flat))
-                call = AwsCall(str(self.service_name), str(self._get_action()), key, resource, flat, tags)
-                with _lock:
-                    _calls.append(call)
+                call = AwsCall(str(self.service_name), str(self._get_action()), key, resource, flat, tags, time.time())
             except Exception:  # recording must never change an answer
-                pass
-        return original(self)
+                call = None
+        if call is None:
+            return original(self)
+        status: int | None = None
+        try:
+            answer = original(self)
+            status = _status_of(answer)
+            return answer
+        finally:
+            with _lock:
+                _calls.append(replace(call, status=status))
 
     BaseResponse.call_action = call_action  # type: ignore[method-assign]
     BaseResponse._ccm_call_log = True  # type: ignore[attr-defined]
+
+
+def _status_of(answer: Any) -> int | None:
+    """moto answers (status, headers, body); a bare body is a 200."""
+    if isinstance(answer, tuple) and answer and isinstance(answer[0], int):
+        return answer[0]
+    return 200 if isinstance(answer, (str, bytes)) else None
 
 
 _EC2_IDS: Final = ("GroupId", "RouteTableId", "InstanceId", "Resource.", "ResourceId.", "SecurityGroupRuleId.")

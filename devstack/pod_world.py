@@ -6,11 +6,12 @@ What is modelled, and of which component:
 - **Kubelet + CNI** (``Kubelet.sync``): a bound pod without an IP gets one (from its node's pool: ``ip_pools``, else
   the node's ``spec.podCIDR``, else ``default_pool``; never reused), phase Running, ``hostIP`` (the node's
   InternalIP) and the conditions PodScheduled, Initialized, ContainersReady, Ready. ``ready_after`` seconds after
-  the kubelet first saw it, its containers are ready. Ready follows the kubelet's rule with readiness gates
-  (pkg/kubelet/status generatePodReadyCondition): True only when ContainersReady is True and every
-  ``spec.readinessGates`` condition is present and True, else False with reason ``ReadinessGatesNotReady`` (or
-  ``ContainersNotReady``). A pod being deleted keeps its conditions (its containers are still running) until its
-  grace period has passed on this kubelet's clock, then the kubelet deletes it with grace period 0.
+  the kubelet first saw it (plus up to ``ready_spread`` seconds, fixed per pod), its containers are ready. Ready
+  follows the kubelet's rule with readiness gates (pkg/kubelet/status generatePodReadyCondition): True only when
+  ContainersReady is True and every ``spec.readinessGates`` condition is present and True, else False with reason
+  ``ReadinessGatesNotReady`` (or ``ContainersNotReady``). A pod being deleted keeps its conditions (its containers
+  are still running) until its grace period has passed on this kubelet's clock, then the kubelet deletes it with
+  grace period 0.
 - **Deployment controller** (``RollingUpdate``): one ReplicaSet-like revision per template (label
   ``pod-template-hash``), a rolling update bounded by maxSurge (rounded up) and maxUnavailable (rounded down; 1 when
   both resolve to 0), as deployment/rolling.go: scale the new revision up to replicas + maxSurge pods in total, scale
@@ -54,6 +55,11 @@ class FakeClock:
         self.now += seconds
 
 
+def _unit(uid: str) -> float:
+    """A number in [0, 1) fixed by `uid`."""
+    return int(hashlib.sha256(uid.encode()).hexdigest()[:8], 16) / 2**32
+
+
 def _condition(ctype: str, status: bool, reason: str | None = None) -> Obj:
     cond: Obj = {"type": ctype, "status": "True" if status else "False", "lastProbeTime": None}
     if reason:
@@ -65,6 +71,9 @@ def _condition(ctype: str, status: bool, reason: str | None = None) -> Obj:
 class Kubelet:
     emu: Emulator
     ready_after: float = 2.0
+    # Each pod's containers get ready ready_after + ready_spread x u seconds after it was first seen, u in [0, 1)
+    # from its uid (deterministic per pod): pods of one wave become ready one by one, as probes pass in a cluster.
+    ready_spread: float = 0.0
     clock: Callable[[], float] = time.monotonic
     ip_pools: Mapping[str, str] = field(default_factory=dict)  # node name -> CIDR its pods get addresses from
     default_pool: str = "10.244.0.0/16"
@@ -122,7 +131,7 @@ class Kubelet:
                 status.update({"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "startTime": now_rfc3339()})
                 if host_ip:
                     status["hostIP"], status["hostIPs"] = host_ip, [{"ip": host_ip}]
-            containers_ready = now - seen >= self.ready_after
+            containers_ready = now - seen >= self.ready_after + self.ready_spread * _unit(uid)
             new_status = self._with_conditions(pod, status, containers_ready)
             if new_status != (pod.get("status") or {}):
                 pod["status"] = new_status
