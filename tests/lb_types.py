@@ -29,6 +29,14 @@ class Absent:
     def status_for_uid(self, uid: str) -> LoadBalancerStatus | None:
         return None
 
+    def apply_ip_targets(self, applied: Applied, model: LoadBalancerModel) -> None:
+        return None  # no `ip` targets here
+
+    def ip_health_by_arn(
+        self, applied: Applied, model: LoadBalancerModel
+    ) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        return {}
+
     def ip_target_health(self, model: LoadBalancerModel) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
         return {}
 

@@ -13,10 +13,10 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ccm.config import Settings
 from ccm.contracts.cloud import PassFlags
-from ccm.contracts.messages import BURST_CREATIONS, REPAIR, delta_for
+from ccm.contracts.messages import BURST_CREATIONS, REPAIR, delta_for, endpoints_hint
 from ccm.service.decisions import Action
 from ccm.service.reconciler import Outcome
-from ccm.service.runtime import ServiceBatch, ServiceRuntime, attempt_of, creations_in, pass_flags
+from ccm.service.runtime import ServiceBatch, ServiceRuntime, attempt_of, creations_in, pass_flags, superseded_in
 from tests.factories import service
 
 
@@ -164,3 +164,41 @@ def test_pass_flags_are_a_pure_function_of_the_delta_and_its_attempt(
     assert attempt_of(record(delta.to_body(), receive_count), delta) == attempt
     flags = pass_flags(delta, attempt, batch_creations=0)
     assert (flags.thorough, flags.check_attributes, flags.trust_applied) == (thorough, check_attributes, attempt == 1)
+
+
+def test_a_services_endpoint_hints_in_one_batch_make_one_pass() -> None:
+    """A rolling update queues a Service's ENDPOINTS hints behind its running pass; the next batch brings them
+    together. Every pass re-reads the slices, so only the last pass of the Service in the batch is made; a hint of
+    another Service, a HOSTS (it may wait for its bucket) or a later record from a sender not allowed to send it
+    supersedes nothing."""
+    svc, other = service(name="a"), service(name="b")
+
+    def hint(of: dict[str, Any], n: int, sender: str = "AROAWATCHER:pod") -> dict[str, Any]:
+        uid = of["metadata"]["uid"]
+        body = endpoints_hint(f"default/{of['metadata']['name']}", uid, {"s": str(n)}, {}, 0.0).to_body()
+        shaped = dict(record(body, 1).raw_event)
+        shaped["messageId"] = f"{of['metadata']['name']}-{n}"
+        shaped["attributes"] = {
+            **shaped["attributes"],
+            "MessageGroupId": f"default/{of['metadata']['name']}",
+            "SenderId": sender,
+        }
+        return shaped
+
+    senders = {"watcher": frozenset({"AROAWATCHER"}), "nodes": frozenset(), "sweeper": frozenset()}
+    batch = {"Records": [hint(svc, 1), hint(other, 1), hint(svc, 2), hint(svc, 3)]}
+    assert superseded_in(batch, senders) == {"a-1", "a-2"}
+    forged_last = {"Records": [hint(svc, 1), hint(svc, 2, sender="AROAINTRUDER:x")]}
+    assert superseded_in(forged_last, senders) == frozenset()
+    modified = dict(record(delta_for("Service", "MODIFIED", svc).to_body(), 1).raw_event)
+    modified["attributes"] = {**modified["attributes"], "MessageGroupId": "default/a", "SenderId": "AROAWATCHER:p"}
+    assert superseded_in({"Records": [hint(svc, 1), modified]}, senders) == {"a-1"}  # a full pass covers it
+    assert superseded_in({"Records": [modified, hint(svc, 1)]}, senders) == frozenset()
+
+    # And the runtime makes no pass for a superseded hint.
+    reconciler = Recording()
+    runtime = ServiceRuntime(Settings("c", "vpc-1"), Clients(), reconciler, None)  # type: ignore[arg-type]
+    assert runtime.handle_batch({"Records": [hint(svc, 1), hint(svc, 2), hint(other, 1)]}, None) == {
+        "batchItemFailures": []
+    }
+    assert len(reconciler.flags) == 2

@@ -181,10 +181,18 @@ class LoadBalancers:
         does not hold) the deployer reads and converges the targets."""
         model = self._model(desired).with_members(nodes).with_endpoints(endpoints)
         deployer = self.deployers[model.lb_type]
-        if model.target_type == "ip":
-            deployer.deploy_targets(model, flags)
-            return
         applied = self._checkpoint(model) if flags.trust_applied else None
+        if model.target_type == "ip":
+            if applied is None:
+                deployer.deploy_targets(model, flags)
+                return
+            try:  # by the stored ARNs: one DescribeTargetHealth per group instead of reading the load balancer
+                deployer.apply_ip_targets(applied, model)
+            except RetryError:
+                assert self.applied is not None
+                self.applied.forget(applied.uid)  # a stored group is gone: the retry reads everything
+                raise
+            return
         wanted = model.instances
         if applied is not None:
             add, remove = wanted - applied.targets, applied.targets - wanted
@@ -206,7 +214,11 @@ class LoadBalancers:
 
     def ip_target_health(self, desired: Desired | KubeObject) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
         model = self._model(desired)
-        return self.deployers[model.lb_type].ip_target_health(model) if model.target_type == "ip" else {}
+        if model.target_type != "ip":
+            return {}
+        applied = self._checkpoint(model)
+        deployer = self.deployers[model.lb_type]
+        return deployer.ip_health_by_arn(applied, model) if applied is not None else deployer.ip_target_health(model)
 
     def ensure_load_balancer_deleted(self, service: KubeObject) -> None:
         self.delete_for_uid(p.meta(service)["uid"])

@@ -138,6 +138,14 @@ class ClassicLoadBalancers:
         )
         return replace(_status(observed.dns_name), warnings=tuple(warnings), notices=model.notices, applied=applied)
 
+    def apply_ip_targets(self, applied: Applied, model: LoadBalancerModel) -> None:
+        return None  # no `ip` targets here
+
+    def ip_health_by_arn(
+        self, applied: Applied, model: LoadBalancerModel
+    ) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        return {}
+
     def ip_target_health(self, model: LoadBalancerModel) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
         return {}  # a Classic ELB has instance targets only
 

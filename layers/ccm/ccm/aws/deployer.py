@@ -33,6 +33,17 @@ class LoadBalancerDeployer(Protocol):
         """The health of each `ip` target by the Service port it serves (empty for a type without ip targets)."""
         ...
 
+    def apply_ip_targets(self, applied: Applied, model: LoadBalancerModel) -> None:
+        """The `ip` targets by the checkpoint's target-group ARNs (no load balancer read); RetryError when one is
+        gone."""
+        ...
+
+    def ip_health_by_arn(
+        self, applied: Applied, model: LoadBalancerModel
+    ) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        """The `ip` targets' health by the checkpoint's target-group ARNs."""
+        ...
+
     def status_for_uid(self, uid: str) -> LoadBalancerStatus | None:
         """One read: this type's LB named for the UID, None when there is none."""
         ...

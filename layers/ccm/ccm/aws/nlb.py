@@ -162,6 +162,31 @@ class NetworkLoadBalancers:
                     health[(key, IpTarget(ip, port))] = TargetHealth(state, reason, text)
         return health
 
+    def apply_ip_targets(self, applied: Applied, model: LoadBalancerModel) -> None:
+        """An `ip` change of endpoints by the checkpoint's target-group ARNs: one DescribeTargetHealth per group,
+        then only the difference (deregister first). RetryError when a stored group is gone (a full pass follows)."""
+        groups = [(arn, tg.ip_targets) for arn, tg in self._ip_groups(applied, model)]
+        for reason, message in writes.sync_ip_targets_by_arn(self.ip_targets, self.vpc_id, groups):
+            log.warning("%s: %s: %s", model.key, reason, message)
+
+    def ip_health_by_arn(
+        self, applied: Applied, model: LoadBalancerModel
+    ) -> dict[tuple[ServicePortKey, IpTarget], TargetHealth]:
+        """The `ip` targets' health by the checkpoint's ARNs: one DescribeTargetHealth per group."""
+        health: dict[tuple[ServicePortKey, IpTarget], TargetHealth] = {}
+        for arn, tg in self._ip_groups(applied, model):
+            for target, seen in self.ip_targets.observe(arn).items():
+                health.update({(key, target): seen for key in tg.service_ports})
+        return health
+
+    @staticmethod
+    def _ip_groups(applied: Applied, model: LoadBalancerModel) -> list[tuple[str, m.TargetGroupSpec]]:
+        """The checkpoint's ARN of each `ip` target group of the model (same listeners, in order: the fingerprints
+        match)."""
+        assert model.nlb is not None
+        pairs = zip(applied.target_groups, model.nlb.listeners, strict=False)
+        return [(arn, ls.target_group) for (arn, _), ls in pairs if ls.target_group.target_type == "ip"]
+
     # -- by the checkpoint ------------------------------------------------------------------------------------
     def active_hostname(self, applied: Applied) -> str | None:
         return reads.active_hostname(self.clients, applied.lb_id)

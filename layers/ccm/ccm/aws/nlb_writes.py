@@ -202,3 +202,21 @@ def apply_targets_by_arn(
             raise
         raise RetryError("a target group of the checkpoint is gone: reading it in full", delay_seconds=1) from err
     return sorted(refused)
+
+
+def sync_ip_targets_by_arn(
+    registrar: IpTargetRegistrar, vpc_id: str, groups: list[tuple[str, frozenset[IpTarget]]]
+) -> list[tuple[str, str]]:
+    """Converge each stored `ip` target group (ARN, wanted targets): observe, plan, apply; returns the Warnings'
+    (reason, message). A gone group is a RetryError (the next pass reads everything)."""
+    warnings: list[tuple[str, str]] = []
+    for arn, wanted in groups:
+        try:
+            plan = registrar.plan(vpc_id, wanted, registrar.observe(arn))
+            registrar.apply(arn, plan)
+        except ClientError as err:
+            if error_code(err) != "TargetGroupNotFound":
+                raise
+            raise RetryError(f"target group {arn} is gone: reading it in full", delay_seconds=1) from err
+        warnings.extend(plan.warnings(registrar.quota))
+    return warnings

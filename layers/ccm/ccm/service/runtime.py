@@ -33,6 +33,7 @@ from ccm.config import Settings
 from ccm.contracts.cloud import CloudClients, LoadBalancer, PassFlags
 from ccm.contracts.messages import (
     BURST_CREATIONS,
+    ENDPOINTS,
     HEARTBEAT,
     REPAIR,
     Delta,
@@ -57,6 +58,8 @@ class ServiceBatch(BatchFacts):
     """What a service record learns from its batch."""
 
     creations: int  # Services (message groups) with an ADDED delta in the batch: BURST_CREATIONS or more is a burst
+    # ENDPOINTS hints a later pass of the same batch covers (`superseded_in`): answered without a pass of their own.
+    superseded: frozenset[str] = frozenset()
 
 
 class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
@@ -76,7 +79,7 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
         self.reconciler = reconciler
 
     def batch_facts(self, event: dict[str, Any]) -> ServiceBatch:
-        return ServiceBatch(creations=creations_in(event))
+        return ServiceBatch(creations=creations_in(event), superseded=superseded_in(event, self.senders))
 
     def handle_record(self, record: SQSRecord, batch: ServiceBatch) -> None:
         """Parse, delegate, report: each step is one method below, and the decisions are pure functions."""
@@ -84,6 +87,10 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
         delta = self.accept(record, started)
         if delta.type == HEARTBEAT:
             self.on_heartbeat(delta, started)
+            return
+        if record.message_id in batch.superseded:
+            # Every pass re-reads the slices: the later record of this Service in the batch converges the targets.
+            logger.info("superseded by a later pass of the batch", extra={"service_key": delta.key})
             return
         self.defer_for_bucket(record, delta, started)
         attempt = attempt_of(record, delta)
@@ -212,6 +219,29 @@ def bind_log_keys(record: SQSRecord, delta: Delta, started: float) -> None:
     logger.append_keys(kind=delta.kind, event_type=delta.type, resource_version=delta.resource_version)
     sent_ms = int(record.attributes.sent_timestamp or started * 1000)
     logger.append_keys(queue_wait_ms=max(0, started * 1000 - sent_ms))  # log only: a metric bills every hour
+
+
+def superseded_in(event: dict[str, Any], senders: Senders | None) -> frozenset[str]:
+    """Pure: the message ids of ENDPOINTS hints followed, in the same batch and message group, by a valid record that
+    makes a pass of the Service (another hint, or a Service delta: every pass re-reads the slices). A rolling update
+    queues a Service's hints behind its running pass; the batch then needs one pass, not one per hint. A later
+    record that is malformed or from a sender not allowed to send it supersedes nothing."""
+    last_pass: dict[str, int] = {}
+    hints: list[tuple[int, str, str]] = []
+    for index, raw in enumerate(event.get("Records", [])):
+        attributes = raw.get("attributes") or {}
+        try:
+            delta = parse_delta(raw.get("body") or "")
+        except InvalidDelta:
+            continue
+        if delta.kind != "Service" or sender_refusal(delta.kind, delta.type, attributes.get("SenderId"), senders):
+            continue
+        group = str(attributes.get("MessageGroupId", ""))
+        if delta.type in (ENDPOINTS, "ADDED", "MODIFIED", "SYNC"):
+            last_pass[group] = index
+        if delta.type == ENDPOINTS:
+            hints.append((index, group, str(raw.get("messageId", ""))))
+    return frozenset(message_id for index, group, message_id in hints if last_pass.get(group, index) > index)
 
 
 def creations_in(event: dict[str, Any]) -> int:
