@@ -263,9 +263,12 @@ class ServiceReconciler:
         candidates = gate_candidates(slices, address_type(svc))
         if not candidates:
             return IpBackends(slices)
+        gate = gate_condition_type(name)
         pods = self.endpoints.pods_by_name(namespace, candidates, p.spec(svc).get("selector") or None)
+        if not any(gate in gates_of(pod) for pod in pods.values()):
+            return IpBackends(slices)  # an ordinary not-ready pod: nothing holds it for us, no member read
         ready_nodes = frozenset(str(p.meta(n).get("name")) for n in self.members.for_service(svc))
-        return IpBackends(slices, pods, ready_nodes, gate_condition_type(name))
+        return IpBackends(slices, pods, ready_nodes, gate)
 
     def _readiness_gates(
         self, svc: KubeObject, desired: Desired, backends: IpBackends, outcome: Outcome, flags: PassFlags
