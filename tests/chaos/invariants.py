@@ -55,6 +55,7 @@ class Expected:
     deleted: bool
     target_labels: dict[str, str] = field(default_factory=dict)
     lb_type: str = "nlb"  # or "clb" (the aws-load-balancer-type annotation)
+    target_type: str = "instance"  # or "ip" (nlb-target-type): targets are the Service's ready endpoints
 
 
 @dataclass
@@ -125,6 +126,82 @@ def listeners(stack: Stack, lb_arn: str) -> dict[int, Any]:
     return out
 
 
+def ip_listeners(stack: Stack, lb_arn: str) -> dict[int, Any]:
+    """{port: (protocol, target type, sorted (ip, port) registered and not draining)} of an NLB: a draining
+    target is deregistered already (AWS lists it until its deregistration delay has passed)."""
+    elbv2 = aws(stack, "elbv2")
+    out: dict[int, Any] = {}
+    for listener in elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]:
+        tg_arn = listener["DefaultActions"][0]["TargetGroupArn"]
+        tg = elbv2.describe_target_groups(TargetGroupArns=[tg_arn])["TargetGroups"][0]
+        out[listener["Port"]] = (listener["Protocol"], tg.get("TargetType"), sorted(registered_ips(stack, tg_arn)))
+    return out
+
+
+def registered_ips(stack: Stack, tg_arn: str) -> set[tuple[str, int]]:
+    health = aws(stack, "elbv2").describe_target_health(TargetGroupArn=tg_arn)["TargetHealthDescriptions"]
+    return {
+        (h["Target"]["Id"], int(h["Target"]["Port"])) for h in health if h["TargetHealth"].get("State") != "draining"
+    }
+
+
+def ready_endpoints(stack: Stack, svc: dict[str, Any]) -> dict[int, set[tuple[str, int]]]:
+    """{Service port: {(pod IP, resolved port)}}: the ready, non-terminating, pod-backed IPv4 endpoints of the
+    EndpointSlices labelled for the Service in its namespace, each Service port resolved per slice by name and
+    protocol (docs/ip-targets.md). Written independently of ccm.contracts.endpoints: the judge's own reading."""
+    assert stack.emulator is not None
+    namespace, name = p.meta(svc)["namespace"], p.meta(svc)["name"]
+    ports = (svc.get("spec") or {}).get("ports") or []
+    out: dict[int, set[tuple[str, int]]] = {sp["port"]: set() for sp in ports}
+    for slice_ in stack.emulator.list("endpointslices", namespace):
+        if (p.meta(slice_).get("labels") or {}).get(SERVICE_NAME_TAG) != name or slice_.get("addressType") != "IPv4":
+            continue
+        numbers = {
+            (sp.get("name") or "", sp.get("protocol") or "TCP"): sp.get("port") for sp in slice_.get("ports") or []
+        }
+        for endpoint in slice_.get("endpoints") or []:
+            conditions = endpoint.get("conditions") or {}
+            if (endpoint.get("targetRef") or {}).get("kind") != "Pod" or not endpoint.get("addresses"):
+                continue
+            if conditions.get("terminating") or conditions.get("ready") is False:
+                continue
+            for sp in ports:
+                number = numbers.get((sp.get("name") or "", sp.get("protocol") or "TCP"))
+                if number:
+                    out[sp["port"]].add((endpoint["addresses"][0], int(number)))
+    return out
+
+
+def ip_targets_by_key(stack: Stack, namespace: str) -> dict[str, set[tuple[str, int]]]:
+    """Service key -> the registered (not draining) targets of its `ip` target groups, for the Services of
+    `namespace` (by the target groups' Service tag). A group deleted while we look is skipped."""
+    elbv2 = aws(stack, "elbv2")
+    groups = [tg for tg in elbv2.describe_target_groups()["TargetGroups"] if tg.get("TargetType") == "ip"]
+    tags = _tags(elbv2, [tg["TargetGroupArn"] for tg in groups])
+    out: dict[str, set[tuple[str, int]]] = {}
+    for tg in groups:
+        key = tags.get(tg["TargetGroupArn"], {}).get(SERVICE_NAME_TAG, "")
+        if not key.startswith(namespace + "/"):
+            continue
+        try:
+            out.setdefault(key, set()).update(registered_ips(stack, tg["TargetGroupArn"]))
+        except elbv2.exceptions.TargetGroupNotFoundException:
+            continue  # deleted since it was listed (the schedule goes on while we look)
+    return out
+
+
+def ip_target_strangers(stack: Stack, namespace: str, seen: dict[str, set[tuple[str, int]]]) -> list[str]:
+    """Safety, at any moment: every registered (not draining) target of an `ip` target group of a Service of
+    `namespace` is an address and port the API has shown as a ready endpoint of that very Service (`seen`: key ->
+    every (ip, port) ever ready in its slices). A message names a Service, never an address: none may bring in
+    another Service's pods, a foreign slice's address, or a pod before it was ready."""
+    problems = []
+    for key, targets in sorted(ip_targets_by_key(stack, namespace).items()):
+        if strangers := targets - seen.get(key, set()):
+            problems.append(f"{key}: its ip target groups hold targets never ready for it: {sorted(strangers)}")
+    return problems
+
+
 def clb_listeners(desc: dict[str, Any]) -> dict[int, Any]:
     """{port: (protocol, instance port, sorted instance ids)} of a Classic ELB (targets are the LB's instances)."""
     instances = sorted(i["InstanceId"] for i in desc.get("Instances", []))
@@ -189,12 +266,20 @@ def violations(stack: Stack, namespace: str, model: dict[str, Expected], baselin
         if lb["LoadBalancerName"] != lb_name(live):
             problems.append(f"{key}: load balancer {lb['LoadBalancerName']} not named after the live UID {uid}")
             continue
-        found = clb_listeners(lb) if classic else listeners(stack, lb["LoadBalancerArn"])
+        if classic or want.target_type != "ip":
+            found = clb_listeners(lb) if classic else listeners(stack, lb["LoadBalancerArn"])
+            targets = expected_targets(stack, want.target_labels)
+            wanted = {
+                sp["port"]: (sp.get("protocol", "TCP"), sp["nodePort"], targets) for sp in live["spec"].get("ports", [])
+            }
+        else:
+            found = ip_listeners(stack, lb["LoadBalancerArn"])
+            ready = ready_endpoints(stack, live)
+            wanted = {
+                sp["port"]: (sp.get("protocol", "TCP"), "ip", sorted(ready[sp["port"]]))
+                for sp in live["spec"].get("ports", [])
+            }
         state = {"dns": lb["DNSName"], "listeners": found}
-        targets = expected_targets(stack, want.target_labels)
-        wanted = {
-            sp["port"]: (sp.get("protocol", "TCP"), sp["nodePort"], targets) for sp in live["spec"].get("ports", [])
-        }
         if state["listeners"] != wanted:
             problems.append(f"{key}: listeners {state['listeners']} != spec {wanted}")
         hosts = [i.get("hostname") for i in ingress]

@@ -25,8 +25,11 @@ from tests.chaos.invariants import TARGET_LABELS as TARGET_LABELS
 from tests.chaos.invariants import Expected as Expected
 from tests.chaos.invariants import aws as aws
 from tests.chaos.invariants import aws_view, dlqs
+from tests.chaos.invariants import ip_target_strangers as ip_target_strangers
+from tests.chaos.invariants import ip_targets_by_key as ip_targets_by_key
 from tests.chaos.invariants import queue_depth as queue_depth
 from tests.chaos.invariants import read as read
+from tests.chaos.invariants import ready_endpoints as ready_endpoints
 from tests.chaos.invariants import violations as violations
 from tests.chaos.periodic import instance_state_event as instance_state_event
 from tests.chaos.periodic import redrive as redrive
