@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ccm.aws import nlb_model as m
+from ccm.aws import nlb_observed as o
 from ccm.aws.lbconfig import HealthCheck, parse_load_balancer_config
 from ccm.aws.nlb_placement import placement_warnings
 from tests.factories import node, service
@@ -56,7 +57,7 @@ def test_describe_answers_are_parsed_into_the_observed_nlb():
         ],
         "arn:tg2": [],
     }
-    observed = m.observed_from(
+    observed = o.observed_from(
         LB,
         listeners,
         [_group("arn:tg1", "k8s-tg1", 30080), _group("arn:tg2", "k8s-tg2", 30443)],
@@ -84,11 +85,11 @@ def test_describe_answers_are_parsed_into_the_observed_nlb():
 
 
 def test_an_answer_not_read_is_none_and_a_new_nlb_reads_as_the_aws_defaults():
-    observed = m.observed_from(LB, [], [_group("arn:tg1", "k8s-tg1", 30080)])
+    observed = o.observed_from(LB, [], [_group("arn:tg1", "k8s-tg1", 30080)])
     assert observed.attributes is None  # the plan leaves LB attributes alone
     assert observed.target_groups["arn:tg1"].attributes is None  # and the group's
     assert observed.target_groups["arn:tg1"].targets == frozenset()
-    created = m.observed_from(LB, [], [], attributes=m.CREATED_LB_ATTRIBUTES)
+    created = o.observed_from(LB, [], [], attributes=o.CREATED_LB_ATTRIBUTES)
     assert created.attributes == m.AWS_DEFAULT_LB_ATTRIBUTES
 
 
@@ -101,11 +102,11 @@ def test_an_nlb_reported_exactly_as_desired_plans_nothing():
     for i, ls in enumerate(want.listeners):
         tg = ls.target_group
         arn = f"arn:tg{i}"
-        groups.append({**_group(arn, tg.name, tg.port), **m.health_kwargs(tg.health)})
+        groups.append({**_group(arn, tg.name, tg.port), **o.health_kwargs(tg.health)})
         listeners.append(_forward(f"arn:l{i}", ls.port, arn))
         health[arn] = [{"Target": {"Id": t}, "TargetHealth": {"State": "healthy"}} for t in sorted(tg.targets)]
     lb = {**LB, "Scheme": "internet-facing"}
     attributes = [{"Key": k, "Value": v} for k, v in want.attributes]
-    observed = m.observed_from(lb, listeners, groups, attributes=attributes, target_health=health)
+    observed = o.observed_from(lb, listeners, groups, attributes=attributes, target_health=health)
     assert m.plan(want, observed) == []
     assert placement_warnings(lb, config, None) == []

@@ -11,7 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ccm.aws import names
+from ccm.aws import names, nlb_observed
 from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
@@ -71,14 +71,14 @@ def observe(
     desired: m.NLBSpec | None = None,
     created: bool = False,
 ) -> m.ObservedNLB:
-    """Read what the plan needs (I/O), then parse it (m.observed_from, pure): read -> parse -> plan -> apply."""
+    """Read what the plan needs (I/O), then parse it (nlb_observed.observed_from, pure): read, parse, plan, apply."""
     elbv2, lb_arn = clients.elbv2, lb["LoadBalancerArn"]
     attributes = None  # not read: left as they are
     if desired is not None and created and not flags.thorough:
         # Just created in this pass: no listener or target group can be attached yet; trust the answer.
-        return m.observed_from(lb, [], [], attributes=m.CREATED_LB_ATTRIBUTES)
+        return nlb_observed.observed_from(lb, [], [], attributes=nlb_observed.CREATED_LB_ATTRIBUTES)
     if desired is not None and created:
-        attributes = m.CREATED_LB_ATTRIBUTES  # a new LB has the defaults: no read needed
+        attributes = nlb_observed.CREATED_LB_ATTRIBUTES  # a new LB has the defaults: no read needed
     elif desired is not None and flags.check_attributes:
         attributes = elbv2.describe_load_balancer_attributes(LoadBalancerArn=lb_arn)["Attributes"]
     listeners = elbv2.describe_listeners(LoadBalancerArn=lb_arn)["Listeners"]
@@ -99,7 +99,7 @@ def observe(
         health[arn] = elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]
         if tg["TargetGroupName"] in with_attributes:
             tg_attributes[arn] = elbv2.describe_target_group_attributes(TargetGroupArn=arn)["Attributes"]
-    return m.observed_from(
+    return nlb_observed.observed_from(
         lb,
         listeners,
         list(groups.values()),

@@ -11,7 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ccm.aws import names
+from ccm.aws import names, nlb_observed
 from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
@@ -79,7 +79,7 @@ def apply_plan(
                 LoadBalancerArn=observed.arn, Attributes=[{"Key": k, "Value": v} for k, v in op.attributes]
             )
         elif isinstance(op, m.ModifyTargetGroup):
-            elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **m.health_kwargs(op.health))
+            elbv2.modify_target_group(TargetGroupArn=arn_by_name[op.name], **nlb_observed.health_kwargs(op.health))
         elif isinstance(op, m.RegisterTargets):
             refused.update(register_targets(elbv2, clients.ec2, arn_by_name[op.name], op.port, op.instance_ids))
         elif isinstance(op, m.DeregisterTargets):
@@ -105,7 +105,7 @@ def apply_plan(
                 ListenerArn=op.arn,
                 Protocol=op.protocol,
                 DefaultActions=[{"Type": "forward", "TargetGroupArn": arn_by_name[op.target_group]}],
-                **m.tls_kwargs(op.certificate, op.ssl_policy),
+                **nlb_observed.tls_kwargs(op.certificate, op.ssl_policy),
             )
         elif isinstance(op, m.DeleteListener):
             elbv2.delete_listener(ListenerArn=op.arn)
@@ -130,7 +130,7 @@ def create_target_group(clients: AwsClients, vpc_id: str, spec: m.TargetGroupSpe
             VpcId=vpc_id,
             TargetType=spec.target_type,
             Tags=names.as_tag_list(tags),
-            **m.health_kwargs(spec.health),
+            **nlb_observed.health_kwargs(spec.health),
         )
         return str(created["TargetGroups"][0]["TargetGroupArn"])
     except ClientError as err:
@@ -149,7 +149,7 @@ def create_listener(clients: AwsClients, lb_arn: str, op: m.CreateListener, tg_a
             Protocol=op.protocol,
             DefaultActions=[{"Type": "forward", "TargetGroupArn": tg_arn}],
             Tags=names.as_tag_list(tags),
-            **m.tls_kwargs(op.certificate, op.ssl_policy),
+            **nlb_observed.tls_kwargs(op.certificate, op.ssl_policy),
         )
     except ClientError as err:
         if error_code(err) != "DuplicateListener":

@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar
 
 from botocore.exceptions import ClientError
 
-from ccm.aws import names
+from ccm.aws import names, nlb_observed
 from ccm.aws import nlb_model as nm
 from ccm.aws import security_groups_model as sgm
 from ccm.aws.clb_observed import observed_from_api
@@ -156,7 +156,7 @@ class Inventory:
             if error_code(err) in NOT_FOUND:
                 return ()
             raise
-        return tuple(nm.listener_from_api(ls) for ls in listeners)  # parsed as the NLB driver parses them
+        return tuple(nlb_observed.listener_from_api(ls) for ls in listeners)  # parsed as the NLB driver parses them
 
     def _classic_lbs(self, tagged: dict[str, dict[str, str]]) -> list[Resource]:
         elb = self.clients.client("elb")
@@ -201,7 +201,7 @@ class Inventory:
                     tg["TargetGroupName"],
                     tg.get("Protocol", ""),
                     int(tg.get("Port", 0)),
-                    nm.health_from_api(tg),
+                    nlb_observed.health_from_api(tg),
                 ),
             )
             for tg in groups
