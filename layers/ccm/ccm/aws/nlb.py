@@ -157,9 +157,8 @@ class NetworkLoadBalancers:
             have = by_name.get(ls.target_group.name)
             if ls.target_group.target_type != "ip" or have is None:
                 continue
-            for ip, port, state, reason, text in have.health_states:
-                for key in ls.target_group.service_ports:
-                    health[(key, IpTarget(ip, port))] = TargetHealth(state, reason, text)
+            for target, seen in m.ip_health(have).items():
+                health.update({(key, target): seen for key in ls.target_group.service_ports})
         return health
 
     def apply_ip_targets(self, applied: Applied, model: LoadBalancerModel) -> None:

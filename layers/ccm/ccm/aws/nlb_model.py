@@ -16,6 +16,7 @@ from ccm.aws.lbconfig import HealthCheck, LoadBalancerConfig
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import InvalidServiceConfig
 from ccm.contracts.endpoints import IpTarget, ServicePortKey
+from ccm.contracts.readiness_gates import TargetHealth
 
 # What an NLB reports for the attributes we manage until someone changes them (a key AWS omits has this value).
 AWS_DEFAULT_LB_ATTRIBUTES = {
@@ -357,6 +358,11 @@ def detached(tg: ObservedTargetGroup) -> bool:
     so holding the switch for them to turn healthy would wait forever. The hold's first pass registers them; the
     next one switches (the targets are then checked at once)."""
     return bool(tg.health_states) and all(state == "unused" for _, _, state, _, _ in tg.health_states)
+
+
+def ip_health(tg: ObservedTargetGroup) -> dict[IpTarget, TargetHealth]:
+    """An `ip` group's targets as DescribeTargetHealth reported them (draining ones too)."""
+    return {IpTarget(i, port): TargetHealth(state, reason, text) for i, port, state, reason, text in tg.health_states}
 
 
 def ip_registered(tg: ObservedTargetGroup) -> set[IpTarget]:

@@ -20,7 +20,6 @@ from ccm.aws.subnets import forget_discovery
 from ccm.aws.targets import register_targets
 from ccm.contracts.cloud import RetryError
 from ccm.contracts.endpoints import IpTarget
-from ccm.contracts.readiness_gates import TargetHealth
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +88,8 @@ def apply_plan(
         elif isinstance(op, m.SyncIpTargets):
             registrar = registrar or IpTargetRegistrar(clients)
             arn = arn_by_name[op.name]
-            have = next((tg for tg in observed.target_groups.values() if tg.arn == arn), None)
-            states = {
-                IpTarget(i, port): TargetHealth(state, reason, text)
-                for i, port, state, reason, text in (have.health_states if have else ())
-            }
-            ip_plan = registrar.plan(vpc_id, op.targets, states)
+            have = observed.target_groups.get(arn)
+            ip_plan = registrar.plan(vpc_id, op.targets, m.ip_health(have) if have else {})
             registrar.apply(arn, ip_plan)
             if ip_warnings is not None:
                 ip_warnings.extend(ip_plan.warnings(registrar.quota))
