@@ -96,6 +96,8 @@ class Watcher:
             services.remembered,
             services.synced,
             window=config.endpoints_window_seconds,
+            waiting_window=config.endpoints_waiting_window_seconds,
+            load_balancer_class=config.load_balancer_class,
         )
         self.informers: dict[str, Informer] = {
             "Service": services,

@@ -7,7 +7,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from watcher.endpoints import DEFAULT_WINDOW_SECONDS
+from ccm.config import DEFAULT_LOAD_BALANCER_CLASS
+from watcher.endpoints import DEFAULT_WAITING_WINDOW_SECONDS, DEFAULT_WINDOW_SECONDS
 
 ENV_PREFIX = "WATCHER_"
 
@@ -47,6 +48,11 @@ class Config:
     heartbeat_seconds: float = 60.0
     # How long a Service's EndpointSlice changes are merged into one ENDPOINTS hint (watcher/endpoints.py).
     endpoints_window_seconds: float = DEFAULT_WINDOW_SECONDS
+    # The same for changes of not-ready endpoints only (they matter only to pods waiting on our readiness gate).
+    endpoints_waiting_window_seconds: float = DEFAULT_WAITING_WINDOW_SECONDS
+    # The stack's LoadBalancerClass: ENDPOINTS hints only for Services of this class or of none. The install
+    # (ccm.install.render) sets it from the stack; the doctor compares them.
+    load_balancer_class: str = DEFAULT_LOAD_BALANCER_CLASS
 
 
 # (flag, Config field, type, help). The env var is WATCHER_<FIELD upper-cased>.
@@ -70,6 +76,13 @@ _FLAGS: tuple[tuple[str, str, type, str], ...] = (
         float,
         "window merging a Service's EndpointSlice changes into one ENDPOINTS hint (ip target mode)",
     ),
+    (
+        "--endpoints-waiting-window-seconds",
+        "endpoints_waiting_window_seconds",
+        float,
+        "the same window when only not-ready endpoints changed (they matter only to readiness-gated pods)",
+    ),
+    ("--load-balancer-class", "load_balancer_class", str, "the stack's LoadBalancerClass (endpoint hints only)"),
 )
 
 
@@ -102,6 +115,9 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
         parser.error("--heartbeat-seconds must be >= 0 (0 = off)")
     if not 0 <= args.endpoints_window_seconds <= MAX_ENDPOINTS_WINDOW_SECONDS:
         parser.error(f"--endpoints-window-seconds must be between 0 and {MAX_ENDPOINTS_WINDOW_SECONDS:g}")
+    if not 0 <= args.endpoints_waiting_window_seconds <= MAX_ENDPOINTS_WINDOW_SECONDS:
+        # Below the short window it acts as the short window (watcher.endpoints.Coalescer).
+        parser.error(f"--endpoints-waiting-window-seconds must be between 0 and {MAX_ENDPOINTS_WINDOW_SECONDS:g}")
     if args.resync_seconds <= 0:
         parser.error("--resync-seconds must be > 0")
     return Config(**{field: getattr(args, field) for _, field, _, _ in _FLAGS})

@@ -6,9 +6,9 @@ which slices and Services, and how changes are coalesced).
   every slice carries `kubernetes.io/service-name`, those without it are skipped on arrival. Instead of deltas, it
   feeds the slice index and marks the Services whose slices changed. It never waits for the buffer.
 * `EndpointHints` owns the index and the coalescer (one lock) and runs the flusher thread: when a Service's window
-  closes it asks the Service informer's cache whether the Service is (still) in `ip` mode and queues one
-  ENDPOINTS delta, uid from that cache. Nothing is flushed before the Service informer's first list (the
-  judgement needs its cache); what arrived meanwhile waits.
+  closes it asks the Service informer's cache whether the Service is (still) in `ip` mode and not of another
+  controller's loadBalancerClass, and queues one ENDPOINTS delta, uid from that cache. Nothing is flushed before
+  the Service informer's first list (the judgement needs its cache); what arrived meanwhile waits.
 
 Relist (the first list after a start, after a 410 or a server behind us): a listed slice whose resourceVersion
 differs from the remembered one, or that is new, and a remembered one no longer listed, mark their Service. The
@@ -33,7 +33,15 @@ from ccm.contracts.messages import endpoints_hint
 from ccm.k8s.rest import KubeRest
 from watcher.backoff import Backoff
 from watcher.buffer import DeltaBuffer
-from watcher.endpoints import DEFAULT_WINDOW_SECONDS, Change, Coalescer, SliceIndex, ip_mode, slice_ref
+from watcher.endpoints import (
+    DEFAULT_WAITING_WINDOW_SECONDS,
+    DEFAULT_WINDOW_SECONDS,
+    Change,
+    Coalescer,
+    SliceIndex,
+    ip_mode,
+    slice_ref,
+)
 from watcher.informer import Informer
 from watcher.metrics import Metrics
 from watcher.relevance import CacheEntry
@@ -58,14 +66,17 @@ class EndpointHints:
         services_synced: threading.Event,
         *,
         window: float = DEFAULT_WINDOW_SECONDS,
+        waiting_window: float = DEFAULT_WAITING_WINDOW_SECONDS,
+        load_balancer_class: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._class = load_balancer_class
         self._buffer = buffer
         self._metrics = metrics
         self._service_entry = service_entry
         self._services_synced = services_synced
         self._index = SliceIndex()
-        self._coalescer = Coalescer(window, clock)
+        self._coalescer = Coalescer(window, clock, waiting_window)
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,6 +88,8 @@ class EndpointHints:
         with self._cond:
             changes = self._index.apply(event_type, ref)
             remembered = len(self._index)
+        if not changes and ref.service is not None and event_type != "SYNC":
+            self._metrics.endpoint_writes_unchanged.inc()
         self._mark(changes, observed_at)
         self._metrics.cache_entries.labels(kind=KIND).set(remembered)
 
@@ -105,7 +118,7 @@ class EndpointHints:
         if not self._services_synced.is_set():
             return True
         entry = self._service_entry(service)
-        return entry is not None and ip_mode(entry.trimmed)
+        return entry is not None and ip_mode(entry.trimmed, self._class)
 
     # --- the flusher -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -148,7 +161,7 @@ class EndpointHints:
         queued = 0
         for service, pending in due:
             entry = self._service_entry(service)
-            if entry is None or not ip_mode(entry.trimmed):
+            if entry is None or not ip_mode(entry.trimmed, self._class):
                 # Left `ip` mode or gone while the window was open: its own MODIFIED/DELETED covers it.
                 self._metrics.endpoint_hints.labels(outcome="dropped").inc()
                 continue

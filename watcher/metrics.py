@@ -76,6 +76,11 @@ class Metrics:
             "EndpointSlice changes merged into a Service's hint already pending (no message of their own)",
             registry=r,
         )
+        self.endpoint_writes_unchanged = Counter(
+            "watcher_endpoint_writes_unchanged_total",
+            "EndpointSlice writes that changed no target and no waiting endpoint (no hint: watcher.endpoints)",
+            registry=r,
+        )
         self.endpoint_pending = Gauge(
             "watcher_endpoint_pending_services", "Services with an ENDPOINTS hint waiting for its window", registry=r
         )

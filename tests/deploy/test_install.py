@@ -90,6 +90,10 @@ def test_the_overlay_from_the_stack_has_no_placeholder_and_applies(tmp_path: Pat
     assert config["data"]["WATCHER_SERVICES_QUEUE_URL"] == stack.outputs["ServicesQueueUrl"]
     assert config["data"]["WATCHER_NODES_QUEUE_URL"].endswith("/prod-ccm-nodes.fifo")
     assert config["data"]["WATCHER_AWS_REGION"] == "eu-west-1"
+    # The watcher's hints follow the functions' class (the stack's parameter, else its default).
+    assert config["data"]["WATCHER_LOAD_BALANCER_CLASS"] == stack.parameters.get(
+        "LoadBalancerClass", "ccm.aws/serverless"
+    )
     emu = Emulator().start()
     try:
         kubectl = make_kubectl(emu.write_kubeconfig(str(tmp_path / "kubeconfig")), tmp_path / "home")

@@ -220,6 +220,7 @@ def test_a_well_prepared_environment_passes(env: Env, cluster: Callable[[list[di
         "watcher.pods",
         "watcher.ServicesQueueUrl",
         "watcher.NodesQueueUrl",
+        "watcher.LoadBalancerClass",
         "watcher.heartbeat",
     }
     assert not by_check(findings, "rbac.group.routes")  # EnableRoutes=false: no routes function, no check

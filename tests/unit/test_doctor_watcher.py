@@ -35,6 +35,7 @@ def test_a_healthy_watcher_passes_every_check() -> None:
         "watcher.pods": "ok",
         "watcher.ServicesQueueUrl": "ok",
         "watcher.NodesQueueUrl": "ok",
+        "watcher.LoadBalancerClass": "ok",
         "watcher.heartbeat": "ok",
     }
     assert "2/2 pod(s) ready" in findings[0].message and "10 services queue message(s)" in findings[-1].message
@@ -65,6 +66,18 @@ def test_a_queue_url_other_than_the_stacks_fails_with_the_value_to_set() -> None
     # A stack without the nodes queue (EnableNodes=false) is not compared.
     services_only = StackFacts("ccm", {"ServicesQueueUrl": SERVICES}, {}, {})
     assert "watcher.NodesQueueUrl" not in statuses(watcher(), services_only)
+
+
+def test_a_class_other_than_the_stacks_fails_and_the_defaults_agree() -> None:
+    """The watcher sends EndpointSlice hints only for Services of its class (or none): another class than the
+    functions' starves their `ip` Services of that class."""
+    classed = StackFacts("ccm", STACK.outputs, {"LoadBalancerClass": "example.com/nlb"}, {})
+    [finding] = [f for f in check_watcher(watcher(), classed) if f.check == "watcher.LoadBalancerClass"]
+    assert finding.status == "fail" and "ccm.aws/serverless" in finding.message and "example.com/nlb" in finding.message
+    assert "WATCHER_LOAD_BALANCER_CLASS=example.com/nlb" in finding.fix
+    given = watcher(env={**GOOD_ENV, "WATCHER_LOAD_BALANCER_CLASS": "example.com/nlb"})
+    assert statuses(given, classed)["watcher.LoadBalancerClass"] == "ok"
+    assert statuses(given)["watcher.LoadBalancerClass"] == "fail"  # the stack keeps the default class
 
 
 def test_no_heartbeat_in_the_window_fails_and_an_unreadable_metric_is_unknown() -> None:

@@ -10,6 +10,13 @@ from typing import Final
 from ccm.contracts.cluster import Cluster
 
 DEFAULT_LOAD_BALANCER_CLASS: Final = "ccm.aws/serverless"
+
+
+def load_balancer_class(stack_parameters: Mapping[str, str]) -> str:
+    """The stack's LoadBalancerClass parameter (template.yaml), its default when the stack does not list it."""
+    return stack_parameters.get("LoadBalancerClass") or DEFAULT_LOAD_BALANCER_CLASS
+
+
 # How long node changes are coalesced into one HOSTS message (the nodes Lambda) and the longest a HOSTS message
 # may wait (the services Lambda): both read the same variable.
 DEFAULT_BUCKET_SECONDS: Final = 15

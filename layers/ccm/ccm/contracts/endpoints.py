@@ -112,6 +112,22 @@ def waits_only_on_our_gates(pod: KubeObject, gate: str) -> bool:
     return all(_condition(pod, g) == "True" for g in gates if not g.startswith(GATE_PREFIX))
 
 
+TARGET: Final = "target"
+WAITING: Final = "waiting"
+
+
+def endpoint_role(ep: KubeObject) -> str | None:
+    """What an endpoint can be to an `ip` target group: TARGET (registered: Pod-backed, ready or `ready` absent,
+    not terminating), WAITING (Pod-backed, neither ready nor terminating: registered only through the
+    readiness-gate exception, which needs its pod read), or None (never registered: terminating, no address, not
+    a Pod). The watcher forwards a slice change only when it changes these (watcher.endpoints)."""
+    ref = ep.get("targetRef") or {}
+    cond = ep.get("conditions") or {}
+    if ref.get("kind") != "Pod" or not ep.get("addresses") or _truthy(cond.get("terminating"), False):
+        return None
+    return TARGET if _truthy(cond.get("ready"), True) else WAITING
+
+
 def gate_candidates(slices: Iterable[KubeObject], family: str = "IPv4") -> set[str]:
     """Names of the pods whose endpoints are neither ready nor terminating: the only pods the registration rule
     needs to read (the readiness-gate exception). Ready endpoints never cost a pod read."""
@@ -120,11 +136,8 @@ def gate_candidates(slices: Iterable[KubeObject], family: str = "IPv4") -> set[s
         if slc.get("addressType") != family:
             continue
         for ep in slc.get("endpoints") or []:
-            cond = ep.get("conditions") or {}
-            ref = ep.get("targetRef") or {}
-            if ref.get("kind") != "Pod" or _truthy(cond.get("ready"), True) or _truthy(cond.get("terminating"), False):
-                continue
-            names.add(str(ref.get("name")))
+            if endpoint_role(ep) == WAITING:
+                names.add(str((ep.get("targetRef") or {}).get("name")))
     return names
 
 

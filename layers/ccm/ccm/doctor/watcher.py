@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ccm.config import DEFAULT_LOAD_BALANCER_CLASS, load_balancer_class
 from ccm.doctor.facts import StackFacts, WatcherFacts
 from ccm.doctor.findings import Finding, fail, ok, unknown
 
 # The watcher's setting (watcher/config.py: WATCHER_<FIELD>) -> the stack output it must equal.
+CLASS_SETTING = "WATCHER_LOAD_BALANCER_CLASS"
 QUEUE_SETTINGS = {"WATCHER_SERVICES_QUEUE_URL": "ServicesQueueUrl", "WATCHER_NODES_QUEUE_URL": "NodesQueueUrl"}
 
 
@@ -70,7 +72,12 @@ def config_map_names(deployment: dict[str, Any]) -> list[str]:
 
 
 def check_watcher(watcher: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
-    return [*_deployment(watcher), *_queues(watcher, stack), _heartbeats(watcher)]
+    return [
+        *_deployment(watcher),
+        *_queues(watcher, stack),
+        *_load_balancer_class(watcher, stack),
+        _heartbeats(watcher),
+    ]
 
 
 def _deployment(w: WatcherFacts) -> list[Finding]:
@@ -110,6 +117,20 @@ def _queues(w: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
         what = "not set" if given is None else f"{given}, not the stack's {output} {expected}"
         findings.append(fail(check, f"the watcher's {setting} is {what}", fix))
     return findings
+
+
+def _load_balancer_class(w: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
+    """The watcher forwards EndpointSlice hints only for Services of its class (or none): another class than the
+    functions' would leave their `ip` Services of that class without hints."""
+    if w.error or not w.found or stack is None:
+        return []
+    expected, given = load_balancer_class(stack.parameters), w.env.get(CLASS_SETTING, DEFAULT_LOAD_BALANCER_CLASS)
+    if given == expected:
+        return [ok("watcher.LoadBalancerClass", f"{CLASS_SETTING} is the stack's LoadBalancerClass")]
+    fix = f"{w.install_fix} (it sets {CLASS_SETTING}={expected} from the stack's parameters)"
+    return [
+        fail("watcher.LoadBalancerClass", f"the watcher's {CLASS_SETTING} is {given}, not the stack's {expected}", fix)
+    ]
 
 
 def _heartbeats(w: WatcherFacts) -> Finding:
