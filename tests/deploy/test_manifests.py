@@ -209,6 +209,19 @@ def test_the_schema_check_catches_what_the_api_server_would_refuse() -> None:
 # ---------------------------------------------------------------------- the watcher's Deployment
 
 
+def test_the_shipped_watcher_settings_are_the_ones_the_cost_bench_assumes() -> None:
+    """bench/scenarios/cost.py prices the watcher's defaults (an hourly SYNC, the 250 ms and 5 s endpoint windows):
+    the manifests must not ship other values (a 10-minute resync made six times the resync records)."""
+    from watcher.config import Config
+
+    (config_map,) = [o for o in render("base") if o["kind"] == "ConfigMap" and "watcher" in o["metadata"]["name"]]
+    defaults = Config(services_queue_url="", nodes_queue_url="")
+    for var, value in config_map["data"].items():
+        field = var.removeprefix("WATCHER_").lower()
+        if field in ("resync_seconds", "endpoints_window_seconds", "endpoints_waiting_window_seconds"):
+            assert float(value) == getattr(defaults, field), var
+
+
 def test_watcher_deployment_is_ha_and_hardened() -> None:
     objs = render("base")
     deployment = find(objs, "Deployment", WATCHER)
