@@ -22,7 +22,7 @@ terminating endpoint removed after it was deregistered, a zone hint, a node name
 controller with the same endpoints) is remembered but not forwarded: in a rolling update about a quarter of the
 slice writes are such removals.
 
-Coalescing (Coalescer): a Service's first slice change arms a window (WATCHER_ENDPOINTS_WINDOW_SECONDS, 250 ms by
+Coalescing (Coalescer): a Service's first slice change arms a window (WATCHER_ENDPOINTS_WINDOW_SECONDS, 500 ms by
 default); the changes within it merge into one hint sent when the window closes. The window is not extended by
 later changes, so a Service in continuous churn still gets one hint per window (no starvation), and a change waits
 at most one window. A change of WAITING endpoints only (a new pod has an address, not yet ready) arms the longer
@@ -46,9 +46,10 @@ from ccm.contracts.endpoints import TARGET, WAITING, endpoint_role
 
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 TARGET_TYPE_ANNOTATION: Final = "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"
-# Below the latency budget's slack (endpoint ready -> RegisterTargets p99 <= 1,500 ms: issue 24) and above the
-# spacing of one rollout step's slice writes, which then merge.
-DEFAULT_WINDOW_SECONDS: Final = 0.25
+# Within the latency budget (endpoint ready -> RegisterTargets p99 <= 1,500 ms: issue 24; a pass takes 0.5-0.8 s
+# more) and long enough that a 100-replica rollout's readiness, spread over seconds per wave, makes at most ~50
+# Register/Deregister calls (250 ms made 57: bench ip_targets, docs/performance.md).
+DEFAULT_WINDOW_SECONDS: Final = 0.5
 # Waiting endpoints only (module docstring): no longer than the shortest NLB health-check interval.
 DEFAULT_WAITING_WINDOW_SECONDS: Final = 5.0
 

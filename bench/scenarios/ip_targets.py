@@ -465,7 +465,7 @@ def cost(per_rollout: dict[str, Any], results: dict[str, Any] | None) -> dict[st
             "it is not in the results) + these rollouts; cost_rollouts_usd_month = the rollouts alone. Compute is "
             "the devstack's measured invocation wall time (2 shared cores, every AWS call +50 ms): an "
             "overestimate of Lambda's. A send per hint (the watcher batches sends of one moment; hints of one "
-            "Service are 250 ms apart, so rarely).",
+            "Service are 500 ms apart, so rarely).",
         },
     }
 
@@ -536,7 +536,7 @@ def run(
         },
         "notes": f"one run on this machine (2 shared cores). One NLB `ip` Service (1 TCP port) in front of "
         f"{replicas} pods rolled to a new template, maxSurge 25 %, maxUnavailable 0, through the real watcher "
-        f"process (250 ms ENDPOINTS window) and the real services handler (devstack runner), moto with AWS's rate "
+        f"process (500 ms ENDPOINTS window, 5 s for waiting endpoints only) and the real services handler (devstack runner), moto with AWS's rate "
         f"limits, every AWS call of our functions +{latency_ms} ms. ASSUMPTIONS: pods ready {READY_AFTER_S} s + up to "
         f"{READY_SPREAD_S} s (fixed per pod) after the kubelet saw them; terminationGracePeriodSeconds {GRACE_S}; "
         f"kubelet, Deployment and EndpointSlice controllers every {TICK_S} s. ready/terminating -> call: from "

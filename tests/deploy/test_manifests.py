@@ -210,7 +210,7 @@ def test_the_schema_check_catches_what_the_api_server_would_refuse() -> None:
 
 
 def test_the_shipped_watcher_settings_are_the_ones_the_cost_bench_assumes() -> None:
-    """bench/scenarios/cost.py prices the watcher's defaults (an hourly SYNC, the 250 ms and 5 s endpoint windows):
+    """bench/scenarios/cost.py prices the watcher's defaults (an hourly SYNC, the 500 ms and 5 s endpoint windows):
     the manifests must not ship other values (a 10-minute resync made six times the resync records)."""
     from watcher.config import Config
 

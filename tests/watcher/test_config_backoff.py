@@ -55,7 +55,7 @@ def test_backoff_grows_jittered_and_capped_and_resets() -> None:
 
 
 def test_the_endpoints_window_defaults_to_250_ms_and_is_bounded() -> None:
-    assert parse_args(REQUIRED, environ={}).endpoints_window_seconds == 0.25
+    assert parse_args(REQUIRED, environ={}).endpoints_window_seconds == 0.5
     assert parse_args(REQUIRED, environ={"WATCHER_ENDPOINTS_WINDOW_SECONDS": "0.5"}).endpoints_window_seconds == 0.5
     assert parse_args([*REQUIRED, "--endpoints-window-seconds", "0"], environ={}).endpoints_window_seconds == 0
     for bad in ("-1", "60"):  # a minute of window would be a minute of traffic to a terminated pod

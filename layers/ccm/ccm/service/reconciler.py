@@ -64,6 +64,7 @@ class Outcome:
     # Set when the pass stopped after publishing a new LB's hostname (PassFlags.hostname_first): the record is to
     # come back after this many seconds for the rest, neither a failure nor a wait.
     continue_in: int | None = None
+    reason: str = ""  # why the decision table chose `action`: said on the pass's one "reconciled" line
 
 
 class ServiceReconciler:
@@ -92,8 +93,10 @@ class ServiceReconciler:
         namespace, name = delta.namespace_name
         live = self.kube.get_service(namespace, name)
         decision = decide(delta, live, self.cluster.load_balancer_class, self.cluster.claim_unclassed)
-        outcome = Outcome(decision.action)
-        log.info("decision %s: %s", decision.action.value, decision.reason)
+        outcome = Outcome(decision.action, reason=decision.reason)
+        # DEBUG: the runtime's "reconciled" line carries the action and its reason (one INFO line a pass, the
+        # largest share of the log bill in an `ip` rollout).
+        log.debug("decision %s: %s", decision.action.value, decision.reason)
         try:
             if decision.delete_previous_uid:
                 self._delete_on_hint(delta.key, decision.delete_previous_uid, live, outcome)

@@ -170,7 +170,12 @@ class ServiceRuntime(FifoBatchRuntime[ServiceBatch]):
         logger.info(
             "reconciled",
             extra=log_fields(
-                {"action": outcome.action.value, "status_written": outcome.status_written, "continued": continued}
+                {
+                    "action": outcome.action.value,
+                    "reason": outcome.reason,
+                    "status_written": outcome.status_written,
+                    "continued": continued,
+                }
                 | figures
             ),
         )
