@@ -536,8 +536,8 @@ def run(
         },
         "notes": f"one run on this machine (2 shared cores). One NLB `ip` Service (1 TCP port) in front of "
         f"{replicas} pods rolled to a new template, maxSurge 25 %, maxUnavailable 0, through the real watcher "
-        f"process (500 ms ENDPOINTS window, 5 s for waiting endpoints only) and the real services handler (devstack runner), moto with AWS's rate "
-        f"limits, every AWS call of our functions +{latency_ms} ms. ASSUMPTIONS: pods ready {READY_AFTER_S} s + up to "
+        f"process (500 ms ENDPOINTS window, 5 s for waiting endpoints only) and the real services handler "
+        f"(devstack runner), moto with AWS's rate limits, every AWS call of our functions +{latency_ms} ms. ASSUMPTIONS: pods ready {READY_AFTER_S} s + up to "
         f"{READY_SPREAD_S} s (fixed per pod) after the kubelet saw them; terminationGracePeriodSeconds {GRACE_S}; "
         f"kubelet, Deployment and EndpointSlice controllers every {TICK_S} s. ready/terminating -> call: from "
         "max(slice written, observedAt of the first hint sent after it) to moto receiving the accepted call naming "
