@@ -190,14 +190,17 @@ class LogLines:
         ]
         library = logging.getLogger("ccm")
         handlers.append((library, _Handler(_LambdaRuntimeFormat(), self.by_service.setdefault("ccm", []), self)))
-        level = library.level
-        library.setLevel(logging.INFO)  # as Lambda's root logger at ApplicationLogLevel INFO
+        # As Lambda's root logger at ApplicationLogLevel INFO, whatever level an earlier in-process run (the
+        # devstack's Lambda environment sets the root's) left on these loggers or their parents.
+        levels = [(std, std.level) for std, _ in handlers]
         for std, handler in handlers:
+            std.setLevel(logging.INFO)
             std.addHandler(handler)
         try:
             yield
         finally:
-            library.setLevel(level)
+            for std, level in levels:
+                std.setLevel(level)
             for std, handler in handlers:
                 std.removeHandler(handler)
 

@@ -36,8 +36,9 @@ def test_ip_targets_at_small_scale_writes_sane_figures(tmp_path: Path) -> None:
     calls = ip["rolling_update_calls_per_tg"]
     assert calls == detail["calls"]["RegisterTargets"] + detail["calls"]["DeregisterTargets"]
     assert 2 <= calls <= 2 * ip["messages"]
-    # The watcher coalesced: never more hints than slice writes, every slice write in some hint.
-    assert 1 <= ip["messages"] <= detail["slice_writes"] == detail["slice_changes_in_messages"]
+    # The watcher coalesced: never more hints than the slice writes they carry; the writes that could change no
+    # target (a terminating pod's removal) are in none.
+    assert 1 <= ip["messages"] <= detail["slice_changes_in_messages"] < detail["slice_writes"]
     model = ip["lambda_model"]
     assert 1 <= model["invocations"] <= ip["messages"] and model["duration_ms_mean"] > 0 and model["cost_usd"] > 0
     assert ip["cost_rollouts_usd_month"] > 0 and ip["cost"]["rollouts_per_month"] == 200 * 10 * 30.4 // 1
