@@ -146,6 +146,30 @@ def test_ip_targets_follow_the_endpointslices_ready_ones_only(
     assert CallCounter.mutating(world.clients.counter.thread_calls()) == 0
 
 
+def test_a_resync_of_a_checkpointed_ip_service_converges_its_targets_without_reading_the_load_balancer(
+    stack: dict[str, Any], world: World, emulator: Emulator, pods: Pods
+) -> None:
+    """The hourly SYNC is the safety net for a lost hint: it converges the targets, by the checkpoint's group ARNs
+    (the load balancer's one existence read, one health read per group), not with a full ensure's reads."""
+    core = stack["core"]
+    pods.scale(3)
+    svc = create_ip_service(core, pods, IP_MODE)
+    assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
+    (tg,) = target_groups()
+    pods.scale(2)  # its hint lost
+    live = read(core)
+    assert live is not None
+    world.clients.counter.reset_thread()
+    assert invoke(stack, [delta_for("Service", "SYNC", live).to_body()]) == {"batchItemFailures": []}
+    calls = {op: n for op, n in world.clients.counter.thread_calls().items() if not op.startswith("dynamodb:")}
+    assert calls == {
+        "elbv2:DescribeLoadBalancers": 1,
+        "elbv2:DescribeTargetHealth": 1,
+        "elbv2:RegisterTargets": 1,
+    }
+    assert registered(tg["TargetGroupArn"]) == pods.ready_targets() and len(pods.ready_targets()) == 5
+
+
 def test_a_hint_for_a_service_in_instance_mode_changes_nothing(
     stack: dict[str, Any], world: World, emulator: Emulator, pods: Pods
 ) -> None:

@@ -150,8 +150,8 @@ class LoadBalancers:
 
     def ensure_unchanged(self, desired: Desired | KubeObject) -> LoadBalancerStatus | None:
         model = self._model(desired)
-        if model.target_type == "ip":
-            return None  # the checkpoint holds no endpoints: a resync of an ip Service converges its targets in full
+        # An `ip` Service too: the checkpoint holds no endpoints, but its target groups' ARNs, by which the caller
+        # converges the targets next (update_load_balancer with trust_applied: one DescribeTargetHealth a group).
         applied = self._checkpoint(model)
         if applied is None or due_for_full_read(applied, self.clock()):
             return None

@@ -222,7 +222,8 @@ class LoadBalancer(Protocol):
 
     def ensure_unchanged(self, desired: Desired) -> LoadBalancerStatus | None:
         """What was applied still stands (the checkpoint matches the desired spec, is not due for a full read, and
-        the LB is there: one AWS read): its status. None: a full ensure is needed."""
+        the LB is there: one AWS read): its status. None: a full ensure is needed. It says nothing of `ip`
+        targets (not checkpointed): the caller converges them next (`update_load_balancer`)."""
         ...
 
     def ensure_load_balancer(

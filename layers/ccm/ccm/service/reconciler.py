@@ -160,8 +160,13 @@ class ServiceReconciler:
             except (InvalidServiceConfig, ImplementedElsewhere):
                 desired = None  # the full pass below says why, where it always did
             unchanged = None if desired is None else self.balancer.ensure_unchanged(desired)
-            if unchanged is not None:
+            if unchanged is not None and desired is not None:
+                backends = self._endpoints_of(svc, desired)  # no read unless `ip`
+                if desired.target_type == "ip":
+                    # Its targets are not in the checkpoint: converged from the slices, by the stored group ARNs.
+                    self.balancer.update_load_balancer(desired, (), flags, backends)
                 self._write_status(svc, unchanged.to_api().get("ingress", []), outcome)
+                self._readiness_gates(svc, desired, backends, outcome, flags)
                 return
         flags = replace(flags, first_sight=not p.has_finalizer(svc))
         if not quiet:
