@@ -63,14 +63,53 @@ def user_groups(user: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
     return (*groups, "system:authenticated")
 
 
+# k8s.io/apiserver requestinfo.go: namespace subresources (`namespaces/<ns>/status`), not resources of their own.
+_NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
+
+
+def _unserved_attributes(
+    user: str, groups: tuple[str, ...], method: str, path: str, query: Mapping[str, str]
+) -> Attributes | None:
+    """A resource request the emulator does not serve (`pods/eviction`, a group it lacks), parsed as the real
+    server's RequestInfoFactory does from the path alone: it is authorised before routing, so a user without
+    the permission gets 403, not the 404 a permitted one gets."""
+    parts = [s for s in path.split("/") if s]
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None  # discovery or not under an API prefix: a non-resource request
+    watch = rest[0] == "watch"
+    if watch:
+        rest = rest[1:]
+    namespace = ""
+    if rest[:1] == ["namespaces"] and len(rest) > 1:
+        namespace = rest[1]
+        if len(rest) > 2 and rest[2] not in _NAMESPACE_SUBRESOURCES:
+            rest = rest[2:]
+    if not rest:
+        return None
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) >= 3 else "")
+    name = rest[1] if len(rest) >= 2 else ""
+    watch = watch or query.get("watch") in ("1", "true", "True")
+    if method == "GET":
+        verb = "watch" if watch else ("get" if name else "list")
+    elif method == "DELETE" and not name:
+        verb = "deletecollection"
+    else:
+        verb = _METHOD_VERBS.get(method, method.lower())
+    return Attributes(user, groups, verb, group, resource, namespace, name)
+
+
 def request_attributes(
     user: str, groups: tuple[str, ...], method: str, path: str, query: Mapping[str, str]
 ) -> Attributes | None:
-    """None for a non-resource request (discovery, /version, unknown paths the API will answer 404 to)."""
+    """None for a non-resource request (discovery, /version, paths outside the API prefixes)."""
     try:
         route = parse_route(path)
     except ApiError:
-        return None
+        return _unserved_attributes(user, groups, method, path, query)
     if isinstance(route, Response):
         return None
     is_watch = route.legacy_watch or query.get("watch") in ("1", "true", "True")

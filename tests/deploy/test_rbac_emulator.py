@@ -4,6 +4,8 @@ real kubernetes client (403 Status as the real API server words it)."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -125,6 +127,35 @@ def refused(call: Any) -> Obj:
     status: Obj = json.loads(err.value.body)
     assert status["kind"] == "Status" and status["reason"] == "Forbidden" and status["code"] == 403
     return status
+
+
+def test_a_resource_the_emulator_does_not_serve_is_authorised_before_it_is_not_found(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    """kube-apiserver parses the path into request attributes (RequestInfoFactory) and authorises them before
+    routing: a caller without the permission gets 403 for `pods/eviction` or a group nobody serves, one with it
+    the 404 (here: the emulator serves neither)."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "default"}}
+    services = core_for(cluster, tmp_path, "services-token")
+    status = refused(lambda: services.create_namespaced_pod_eviction("p", "default", body))
+    assert status["message"] == (
+        f'pods "p" is forbidden: User "{LAMBDA_USER}" cannot create resource "pods/eviction" in API group "" '
+        'in the namespace "default"'
+    )
+    assert status["details"] == {"name": "p", "kind": "pods"}
+    request = urllib.request.Request(
+        cluster.url + "/apis/example.com/v1/widgets", headers={"Authorization": "Bearer watcher-token"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(request)
+    assert answer.value.code == 403 and json.loads(answer.value.read())["message"] == (
+        f'widgets.example.com is forbidden: User "{WATCHER_USER}" cannot list resource "widgets" in API group '
+        '"example.com" at the cluster scope'
+    )
+    admin = core_for(cluster, tmp_path, "admin-token")
+    with pytest.raises(ApiException) as err:
+        admin.create_namespaced_pod_eviction("p", "default", body)
+    assert err.value.status == 404
 
 
 def test_rbac_is_off_by_default(emu: Emulator, tmp_path: Path) -> None:
