@@ -34,7 +34,7 @@ def family_error(tg: Any, ip: str) -> None:
 
     want: int = 6 if getattr(tg, "ip_address_type", None) == "ipv6" else 4
     try:
-        version = ipaddress.ip_address(ip).version
+        version: int = ipaddress.ip_address(ip).version
     except ValueError:
         version = 0
     if version != want:
