@@ -19,7 +19,11 @@ Service. It follows pkg/controller/endpointslice and staging/src/k8s.io/endpoint
 - only slices it manages are touched; slices of a Service that is gone are deleted (the garbage collector's job,
   through the ownerReference, in a real cluster).
 
-Not modelled: dual-stack (IPv4 slices only), hostname/subdomain endpoints, the last-change-trigger-time annotation,
+- one set of slices per family of ``spec.ipFamilies`` (default IPv4), each ``addressType`` that family and each
+  endpoint the pod's address of it from ``status.podIPs`` (a pod without one is no endpoint of that family), as
+  the reconciler's reconcileByAddressType; slices of a family the Service no longer has are deleted.
+
+Not modelled: hostname/subdomain endpoints, the last-change-trigger-time annotation,
 topology hints, the EndpointSlice mirroring controller, rate limiting and batching of syncs
 (``--endpoint-updates-batch-period``). Writes are made as field manager ``kube-controller-manager``.
 
@@ -30,6 +34,7 @@ store's resourceVersion moved (any write), checking every ``interval`` seconds.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import threading
 from typing import Any
 
@@ -118,12 +123,28 @@ def _ports_key(ports: list[Obj]) -> PortsKey:
     )
 
 
-def pod_to_endpoint(svc: Obj, pod: Obj, node: Obj | None) -> Obj:
+def pod_address(pod: Obj, family: str) -> str | None:
+    """getEndpointAddresses: the pod's address of the slice's family (podIPs, else podIP)."""
+    status = pod.get("status") or {}
+    candidates = [str(p.get("ip")) for p in status.get("podIPs") or [] if p.get("ip")] or [str(status.get("podIP"))]
+    want = 6 if family == "IPv6" else 4
+    for address in candidates:
+        try:
+            if ipaddress.ip_address(address).version == want:
+                return address
+        except ValueError:
+            continue
+    return None
+
+
+def pod_to_endpoint(svc: Obj, pod: Obj, node: Obj | None, family: str = "IPv4") -> Obj | None:
+    """The pod's endpoint in a slice of `family`; None when the pod has no address of it."""
     serving = pod_is_ready(pod)
     terminating = bool(pod["metadata"].get("deletionTimestamp"))
     ready = bool((svc.get("spec") or {}).get("publishNotReadyAddresses")) or (serving and not terminating)
-    status = pod.get("status") or {}
-    address = status.get("podIP") or ((status.get("podIPs") or [{}])[0].get("ip"))
+    address = pod_address(pod, family)
+    if address is None:
+        return None
     endpoint: Obj = {
         "addresses": [address],
         "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
@@ -234,16 +255,27 @@ class EndpointSliceController:
             return self.writes - before
 
     def _reconcile(self, svc: Obj, pods: list[Obj], nodes: dict[str, Obj], existing: list[Obj]) -> None:
+        families = [str(f) for f in (svc.get("spec") or {}).get("ipFamilies") or ["IPv4"]]
+        for slice_ in existing:
+            if slice_.get("addressType") not in families:
+                self._delete(slice_)  # a family the Service no longer has
+        for family in families:
+            own = [s for s in existing if s.get("addressType") == family]
+            self._reconcile_family(svc, pods, nodes, own, family)
+
+    def _reconcile_family(
+        self, svc: Obj, pods: list[Obj], nodes: dict[str, Obj], existing: list[Obj], family: str
+    ) -> None:
         desired: dict[PortsKey, tuple[list[Obj], dict[str, Obj]]] = {}
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
             ports = endpoint_ports(svc, pod)
-            endpoint = pod_to_endpoint(svc, pod, nodes.get((pod.get("spec") or {}).get("nodeName") or ""))
-            desired.setdefault(_ports_key(ports), (ports, {}))[1].setdefault(_key(endpoint), endpoint)
+            endpoint = pod_to_endpoint(svc, pod, nodes.get((pod.get("spec") or {}).get("nodeName") or ""), family)
+            if endpoint is not None:
+                desired.setdefault(_ports_key(ports), (ports, {}))[1].setdefault(_key(endpoint), endpoint)
         labels = slice_labels(svc)
         by_ports: dict[PortsKey, list[Obj]] = {}
         for slice_ in existing:
-            if slice_.get("addressType") == "IPv4":
-                by_ports.setdefault(_ports_key(slice_.get("ports") or []), []).append(slice_)
+            by_ports.setdefault(_ports_key(slice_.get("ports") or []), []).append(slice_)
         to_create: list[Obj] = []
         to_update: list[Obj] = []
         to_delete: list[Obj] = []
@@ -252,11 +284,13 @@ class EndpointSliceController:
                 to_delete += by_ports[key]  # a port mapping no pod resolves to any more: all its slices go
         for key in sorted(desired):
             ports, wanted = desired[key]
-            created, updated, deleted = self._by_port_mapping(svc, labels, ports, dict(wanted), by_ports.get(key, []))
+            created, updated, deleted = self._by_port_mapping(
+                svc, labels, ports, dict(wanted), by_ports.get(key, []), family
+            )
             to_create += created
             to_update += updated
             to_delete += deleted
-        placeholder = self._new_slice(svc, labels, [])
+        placeholder = self._new_slice(svc, labels, [], family)
         if len(to_delete) == len(existing) and not to_create:
             if len(to_delete) == 1 and self._is_placeholder(to_delete[0], labels):
                 to_delete = []
@@ -280,7 +314,13 @@ class EndpointSliceController:
         return not slice_.get("endpoints") and not slice_.get("ports") and slice_["metadata"].get("labels") == labels
 
     def _by_port_mapping(
-        self, svc: Obj, labels: dict[str, str], ports: list[Obj], wanted: dict[str, Obj], existing: list[Obj]
+        self,
+        svc: Obj,
+        labels: dict[str, str],
+        ports: list[Obj],
+        wanted: dict[str, Obj],
+        existing: list[Obj],
+        family: str = "IPv4",
     ) -> tuple[list[Obj], list[Obj], list[Obj]]:
         to_delete: list[Obj] = []
         updating: dict[str, Obj] = {}
@@ -330,14 +370,14 @@ class EndpointSliceController:
                     del unchanged[chosen["metadata"]["name"]]
                     updating[chosen["metadata"]["name"]] = target
             if target is None:
-                target = self._new_slice(svc, labels, ports)
+                target = self._new_slice(svc, labels, ports, family)
                 to_create.append(target)
             while remaining and len(target["endpoints"]) < self.max_endpoints:
                 target["endpoints"].append(remaining.pop(0))
         return to_create, list(updating.values()), to_delete
 
     @staticmethod
-    def _new_slice(svc: Obj, labels: dict[str, str], ports: list[Obj]) -> Obj:
+    def _new_slice(svc: Obj, labels: dict[str, str], ports: list[Obj], family: str = "IPv4") -> Obj:
         meta = svc["metadata"]
         return {
             "apiVersion": "discovery.k8s.io/v1",
@@ -357,7 +397,7 @@ class EndpointSliceController:
                     }
                 ],
             },
-            "addressType": "IPv4",
+            "addressType": family,
             "endpoints": [],
             "ports": copy.deepcopy(ports),
         }
