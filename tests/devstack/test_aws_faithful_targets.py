@@ -3,6 +3,7 @@
 
 - ELB user guide, "Target groups for your Network Load Balancers", IP address type: one family per target group;
   IPv6 target groups only behind dualstack Network Load Balancers.
+- EC2 API reference, SubnetIpv6CidrBlockAssociation: Ipv6CidrBlockState is a SubnetCidrBlockState.
 - "Quotas for your Network Load Balancers": 500 targets per Availability Zone per NLB, 3,000 per NLB, a target in N
   target groups counting N times; with cross-zone load balancing the per-zone number per NLB.
 """
@@ -79,6 +80,11 @@ def _ipv6_block(world: World) -> str:
 def test_a_target_group_takes_addresses_of_its_own_family_only(world: World, faithful: Any) -> None:
     elbv2 = client("elbv2", world.endpoint_url, REGION, config=NO_RETRIES)
     pod6 = str(ipaddress.ip_network(_ipv6_block(world))[7])
+    # DescribeSubnets answers the block's state as a SubnetCidrBlockState (moto 5.2: a stringified dict).
+    ec2 = client("ec2", world.endpoint_url, REGION)
+    subnet = world.private_subnets[sorted(world.private_subnets)[0]]
+    (assoc,) = ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["Ipv6CidrBlockAssociationSet"]
+    assert assoc["Ipv6CidrBlockState"] == {"State": "associated"}
     v6 = _ip_group(world, "family-v6", IpAddressType="ipv6")
     v4 = _ip_group(world, "family-v4")
     assert _refused(elbv2.register_targets, TargetGroupArn=v6, Targets=[{"Id": "10.0.128.5"}]) == (
