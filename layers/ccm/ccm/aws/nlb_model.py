@@ -1,9 +1,9 @@
 """NLB decisions as pure functions: the desired load balancer for a Service, what AWS reports of it, and the
 plan to converge to it.
 
-Names of target groups hash everything AWS cannot change in place (protocol, port, health-check protocol, VPC),
-so a change of any of those yields a new target group that is created, filled and switched to before the old one
-is deleted; everything else is modified in place. An unchanged Service plans no operation at all.
+Names of target groups hash everything AWS cannot change in place (protocol, port, health-check protocol, VPC, target
+type, IP address type), so a change of any of those yields a new target group that is created, filled and switched
+to before the old one is deleted; everything else is modified in place. An unchanged Service plans no operation at all.
 """
 
 from __future__ import annotations
