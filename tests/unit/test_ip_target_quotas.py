@@ -9,7 +9,13 @@ import pytest
 
 from ccm.aws import names
 from ccm.aws import nlb_model as m
-from ccm.aws.ip_targets import TARGET_QUOTA_EXCEEDED, SubnetRange, TargetQuotas, plan_lb_ip_targets
+from ccm.aws.ip_targets import (
+    TARGET_QUOTA_EXCEEDED,
+    SubnetRange,
+    TargetQuotas,
+    nlb_warnings,
+    plan_lb_ip_targets,
+)
 from ccm.aws.lbconfig import parse_load_balancer_config
 from ccm.contracts.cloud import InvalidServiceConfig
 from ccm.contracts.endpoints import IpTarget, ServicePortKey
@@ -67,6 +73,10 @@ def test_a_target_in_two_groups_counts_twice_towards_the_nlb() -> None:
     # Address order, then port: 10.0.0.2:8443 is the one left out.
     assert plans["tg-443"].over_quota == (a(2, 8443),) and plans["tg-80"].over_quota == ()
     assert "at most 3 targets in all" in plans["tg-443"].warnings()[0][1]
+    # One Warning for the NLB, each endpoint left out named once, whatever the groups it misses.
+    both = plan_lb_ip_targets({"tg-80": ({a(1), a(2)}, {}), "tg-81": ({a(1), a(2)}, {})}, quotas=TargetQuotas(per_lb=1))
+    ((reason, message),) = nlb_warnings(both.values())
+    assert reason == TARGET_QUOTA_EXCEEDED and message.startswith("2 endpoints not registered (10.0.0.1:8080, 10.0.0.2")
 
 
 def test_registered_targets_of_any_group_come_before_new_ones_of_another() -> None:

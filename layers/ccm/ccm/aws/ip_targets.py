@@ -117,6 +117,18 @@ class IpTargetPlan:
         return out
 
 
+def nlb_warnings(plans: Iterable[IpTargetPlan]) -> list[tuple[str, str]]:
+    """The Warnings of all the plans of one NLB as one per reason: an endpoint left out of two groups (two
+    listeners) is named once."""
+    plans = list(plans)
+    merged = IpTargetPlan(
+        refused=tuple({r.target: r for p in plans for r in p.refused}.values()),
+        over_quota=tuple(_sorted({t for p in plans for t in p.over_quota})),
+        limits=tuple(dict.fromkeys(limit for p in plans for limit in p.limits)),
+    )
+    return merged.warnings()
+
+
 def _sorted(targets: Iterable[IpTarget]) -> list[IpTarget]:
     return sorted(targets, key=IpTarget.sort_key)
 

@@ -15,7 +15,7 @@ from ccm.aws import names, nlb_observed
 from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.aws.ip_targets import IpTargetRegistrar
+from ccm.aws.ip_targets import IpTargetRegistrar, nlb_warnings
 from ccm.aws.subnets import forget_discovery
 from ccm.aws.targets import register_targets
 from ccm.contracts.cloud import RetryError
@@ -132,7 +132,7 @@ def sync_ip_groups(
             groups[arn_by_name[tg.name]] = (tg.ip_targets, m.ip_health(have) if have else {})
     plans = registrar.plan_all(vpc_id, groups, cross_zone(desired))
     registrar.apply_all(plans)
-    return [w for plan in plans.values() for w in plan.warnings()]
+    return nlb_warnings(plans.values())
 
 
 def cross_zone(desired: m.NLBSpec) -> bool:
@@ -242,4 +242,4 @@ def sync_ip_targets_by_arn(
         if error_code(err) != "TargetGroupNotFound":
             raise
         raise RetryError("a target group of the checkpoint is gone: reading it in full", delay_seconds=1) from err
-    return [w for plan in plans.values() for w in plan.warnings()]
+    return nlb_warnings(plans.values())
