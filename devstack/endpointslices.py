@@ -34,10 +34,10 @@ store's resourceVersion moved (any write), checking every ``interval`` seconds.
 from __future__ import annotations
 
 import copy
-import ipaddress
 import threading
 from typing import Any
 
+from devstack.endpoint_of_pod import endpoint_ports, pod_to_endpoint, should_be_endpoint
 from devstack.k8s_emulator import Emulator, resources
 from devstack.k8s_emulator.errors import ApiError
 from devstack.k8s_emulator.managed_fields import Writer
@@ -49,7 +49,6 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 CONTROLLER_NAME = "endpointslice-controller.k8s.io"
 HEADLESS_LABEL = "service.kubernetes.io/headless"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 MAX_ENDPOINTS_PER_SLICE = 100  # --max-endpoints-per-slice default
 WRITER = Writer("kube-controller-manager")
 
@@ -68,50 +67,9 @@ SERVICES = _resource("services")
 NODES = _resource("nodes")
 
 
-def pod_is_ready(pod: Obj) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
 def _selects(selector: dict[str, str], pod: Obj) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return all(labels.get(k) == v for k, v in selector.items())
-
-
-def should_be_endpoint(pod: Obj) -> bool:
-    """endpointutil.ShouldPodBeInEndpoints(pod, includeTerminating=true): not terminal, has an IP."""
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
-        return False
-    return bool(status.get("podIP") or status.get("podIPs"))
-
-
-def find_port(pod: Obj, svc_port: Obj) -> int | None:
-    """podutil.FindPort: a number as is; a name looked up in the containers' ports with the same protocol."""
-    target = svc_port.get("targetPort", svc_port.get("port"))
-    protocol = svc_port.get("protocol", "TCP")
-    if isinstance(target, int):
-        return target
-    if isinstance(target, str) and target.isdigit():
-        return int(target)
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for port in container.get("ports") or []:
-            if port.get("name") == target and port.get("protocol", "TCP") == protocol:
-                return int(port["containerPort"])
-    return None
-
-
-def endpoint_ports(svc: Obj, pod: Obj) -> list[Obj]:
-    ports: list[Obj] = []
-    for svc_port in (svc.get("spec") or {}).get("ports") or []:
-        number = find_port(pod, svc_port)
-        if number is None:
-            continue  # the controller logs "Failed to find port for service" and leaves the port out
-        port: Obj = {"name": svc_port.get("name", ""), "port": number, "protocol": svc_port.get("protocol", "TCP")}
-        if svc_port.get("appProtocol"):
-            port["appProtocol"] = svc_port["appProtocol"]
-        ports.append(port)
-    return ports
 
 
 def _ports_key(ports: list[Obj]) -> PortsKey:
@@ -121,47 +79,6 @@ def _ports_key(ports: list[Obj]) -> PortsKey:
             for p in ports
         )
     )
-
-
-def pod_address(pod: Obj, family: str) -> str | None:
-    """getEndpointAddresses: the pod's address of the slice's family (podIPs, else podIP)."""
-    status = pod.get("status") or {}
-    candidates = [str(p.get("ip")) for p in status.get("podIPs") or [] if p.get("ip")] or [str(status.get("podIP"))]
-    want = 6 if family == "IPv6" else 4
-    for address in candidates:
-        try:
-            if ipaddress.ip_address(address).version == want:
-                return address
-        except ValueError:
-            continue
-    return None
-
-
-def pod_to_endpoint(svc: Obj, pod: Obj, node: Obj | None, family: str = "IPv4") -> Obj | None:
-    """The pod's endpoint in a slice of `family`; None when the pod has no address of it."""
-    serving = pod_is_ready(pod)
-    terminating = bool(pod["metadata"].get("deletionTimestamp"))
-    ready = bool((svc.get("spec") or {}).get("publishNotReadyAddresses")) or (serving and not terminating)
-    address = pod_address(pod, family)
-    if address is None:
-        return None
-    endpoint: Obj = {
-        "addresses": [address],
-        "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
-        "targetRef": {
-            "kind": "Pod",
-            "namespace": pod["metadata"]["namespace"],
-            "name": pod["metadata"]["name"],
-            "uid": pod["metadata"]["uid"],
-        },
-    }
-    node_name = (pod.get("spec") or {}).get("nodeName")
-    if node_name:
-        endpoint["nodeName"] = node_name
-    zone = ((node or {}).get("metadata", {}).get("labels") or {}).get(ZONE_LABEL)
-    if zone:
-        endpoint["zone"] = zone
-    return endpoint
 
 
 def slice_labels(svc: Obj) -> dict[str, str]:
