@@ -52,6 +52,10 @@ What AWS does, and what moto 5.2 did instead:
   answered `healthy` at once, forgot a deregistered target at once and accepted any address. Neither the API
   reference nor the SDK model limits the number of targets per RegisterTargets / DeregisterTargets call (the AWS
   Load Balancer Controller's 200 is its own chunk size), so no such limit is enforced.
+- Target families and the NLB-wide target quotas (devstack.aws_faithful_elb_targets): an address of the other
+  family than the group's IpAddressType answers `ValidationError`; an ipv6 group behind an `ipv4` NLB's listener
+  `InvalidConfigurationRequest`; past `max_targets_per_zone_per_nlb` (500) or `max_targets_per_nlb` (3,000; the
+  per-zone number with cross-zone load balancing), counted over the NLB's groups, `TooManyTargets`.
 - Request throttling (`rate_limits`, off by default): token buckets with AWS's documented figures, answering
   `Throttling` / `RequestLimitExceeded` (devstack.aws_throttling).
 - EC2 eventual consistency (`eventual_consistency`): a group or an inbound rule just created is not returned by
@@ -65,7 +69,14 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from devstack import aws_faithful_ec2, aws_faithful_elb, aws_idempotency, aws_tagging, aws_throttling
+from devstack import (
+    aws_faithful_ec2,
+    aws_faithful_elb,
+    aws_faithful_elb_targets,
+    aws_idempotency,
+    aws_tagging,
+    aws_throttling,
+)
 
 ENV_SG_RELEASE = "DEVSTACK_SG_RELEASE_SECONDS"
 
@@ -95,6 +106,9 @@ class FaithfulSettings:
     target_health_timing: bool = True
     target_time_scale: float = 1.0
     max_targets_per_target_group: int = 1000
+    # Per NLB, over the groups its listeners forward to (devstack.aws_faithful_elb_targets).
+    max_targets_per_zone_per_nlb: int = 500
+    max_targets_per_nlb: int = 3000
 
 
 _settings = FaithfulSettings()
@@ -117,6 +131,7 @@ def install(new: FaithfulSettings | None = None) -> FaithfulSettings:
         if not _installed:
             aws_faithful_ec2.patch_moto(settings)
             aws_faithful_elb.patch_elbv2(settings)
+            aws_faithful_elb_targets.patch_listeners(settings)
             aws_idempotency.patch_moto()  # outermost: a repeated create is answered before any quota
             aws_faithful_elb.patch_elb(settings)
             aws_tagging.patch_moto()

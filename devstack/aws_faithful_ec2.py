@@ -73,8 +73,30 @@ def hold_groups(account_id: str, region: str, group_ids: list[str], seconds: flo
         holds[gid] = max(holds.get(gid, 0.0), until)
 
 
+def _patch_subnet_ipv6_state() -> None:
+    """DescribeSubnets: an IPv6 block's Ipv6CidrBlockState is a SubnetCidrBlockState, `{"State": "associated"}`
+    (EC2 API reference, SubnetIpv6CidrBlockAssociation). moto 5.2 nested its stored state once more and answered
+    the string "{'State': 'associated'}" as the State."""
+    from moto.ec2.models.subnets import Subnet
+
+    def ipv6_cidr_block_association_set(subnet: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "ipv6CidrBlock": association["ipv6CidrBlock"],
+                "associationId": association["associationId"],
+                "ipv6CidrBlockState": {"state": association["ipv6CidrBlockState"]["State"]},
+            }
+            for association in subnet.ipv6_cidr_block_associations.values()
+            if association["ipv6CidrBlockState"]["State"] == "associated"
+        ]
+
+    Subnet.ipv6_cidr_block_association_set = property(ipv6_cidr_block_association_set)  # type: ignore[assignment,method-assign]
+
+
 def patch_moto(current: Callable[[], FaithfulSettings]) -> None:
-    """DependencyViolation while in use, read-after-create lag, all-or-nothing ingress changes."""
+    """DependencyViolation while in use, read-after-create lag, all-or-nothing ingress changes, subnets' IPv6
+    block states."""
+    _patch_subnet_ipv6_state()
     from moto.ec2.exceptions import DependencyViolationError, InvalidSecurityGroupNotFoundError
     from moto.ec2.models.security_groups import SecurityGroupBackend
 

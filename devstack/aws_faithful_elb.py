@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from devstack.aws_faithful_ec2 import hold_groups
+from devstack.aws_faithful_elb_targets import check_lb_quotas, family_error, subnet_ranges
 
 if TYPE_CHECKING:
     from devstack.aws_faithful import FaithfulSettings
@@ -39,11 +40,9 @@ def _ip_target_errors(tg: Any, targets: list[dict[str, Any]], subnets: list[Any]
 
     for target in targets:
         ip, zone = str(target.get("Id")), target.get("AvailabilityZone")
-        try:
-            address = ipaddress.ip_address(ip)
-        except ValueError:
-            raise ELBClientError("ValidationError", f"The IP address '{ip}' is not a valid IPv4 address") from None
-        subnet = next((s for s in subnets if address in ipaddress.ip_network(s.cidr_block)), None)
+        family_error(tg, ip)  # an address of the group's IpAddressType (aws_faithful_elb_targets)
+        address = ipaddress.ip_address(ip)
+        subnet = next((s for s in subnets if any(address in n for n in subnet_ranges(s))), None)
         if subnet is not None:
             if zone and zone != subnet.availability_zone:
                 raise ELBClientError(
@@ -174,6 +173,9 @@ def patch_elbv2(current: Callable[[], FaithfulSettings]) -> None:
             ids = {str(t["Id"]) for t in targets} | set(tg.targets)
             if current().quotas and len(ids) > current().max_targets_per_target_group:
                 raise ELBClientError("TooManyTargets", "You've reached the limit on the number of targets.")
+        if current().targets:
+            account, region = tg.arn.split(":")[4], tg.arn.split(":")[3]
+            check_lb_quotas(current, elbv2_backends[account][region], ec2_backends[account][region], tg, targets)
         if tg.target_type == "ip":
             now = time.monotonic()
             registered_at = tg.__dict__.setdefault(_REGISTERED_AT, {})

@@ -19,7 +19,11 @@ Service. It follows pkg/controller/endpointslice and staging/src/k8s.io/endpoint
 - only slices it manages are touched; slices of a Service that is gone are deleted (the garbage collector's job,
   through the ownerReference, in a real cluster).
 
-Not modelled: dual-stack (IPv4 slices only), hostname/subdomain endpoints, the last-change-trigger-time annotation,
+- one set of slices per family of ``spec.ipFamilies`` (default IPv4), each ``addressType`` that family and each
+  endpoint the pod's address of it from ``status.podIPs`` (a pod without one is no endpoint of that family), as
+  the reconciler's reconcileByAddressType; slices of a family the Service no longer has are deleted.
+
+Not modelled: hostname/subdomain endpoints, the last-change-trigger-time annotation,
 topology hints, the EndpointSlice mirroring controller, rate limiting and batching of syncs
 (``--endpoint-updates-batch-period``). Writes are made as field manager ``kube-controller-manager``.
 
@@ -33,6 +37,7 @@ import copy
 import threading
 from typing import Any
 
+from devstack.endpoint_of_pod import endpoint_ports, pod_to_endpoint, should_be_endpoint
 from devstack.k8s_emulator import Emulator, resources
 from devstack.k8s_emulator.errors import ApiError
 from devstack.k8s_emulator.managed_fields import Writer
@@ -44,7 +49,6 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 CONTROLLER_NAME = "endpointslice-controller.k8s.io"
 HEADLESS_LABEL = "service.kubernetes.io/headless"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 MAX_ENDPOINTS_PER_SLICE = 100  # --max-endpoints-per-slice default
 WRITER = Writer("kube-controller-manager")
 
@@ -63,50 +67,9 @@ SERVICES = _resource("services")
 NODES = _resource("nodes")
 
 
-def pod_is_ready(pod: Obj) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
 def _selects(selector: dict[str, str], pod: Obj) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return all(labels.get(k) == v for k, v in selector.items())
-
-
-def should_be_endpoint(pod: Obj) -> bool:
-    """endpointutil.ShouldPodBeInEndpoints(pod, includeTerminating=true): not terminal, has an IP."""
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
-        return False
-    return bool(status.get("podIP") or status.get("podIPs"))
-
-
-def find_port(pod: Obj, svc_port: Obj) -> int | None:
-    """podutil.FindPort: a number as is; a name looked up in the containers' ports with the same protocol."""
-    target = svc_port.get("targetPort", svc_port.get("port"))
-    protocol = svc_port.get("protocol", "TCP")
-    if isinstance(target, int):
-        return target
-    if isinstance(target, str) and target.isdigit():
-        return int(target)
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for port in container.get("ports") or []:
-            if port.get("name") == target and port.get("protocol", "TCP") == protocol:
-                return int(port["containerPort"])
-    return None
-
-
-def endpoint_ports(svc: Obj, pod: Obj) -> list[Obj]:
-    ports: list[Obj] = []
-    for svc_port in (svc.get("spec") or {}).get("ports") or []:
-        number = find_port(pod, svc_port)
-        if number is None:
-            continue  # the controller logs "Failed to find port for service" and leaves the port out
-        port: Obj = {"name": svc_port.get("name", ""), "port": number, "protocol": svc_port.get("protocol", "TCP")}
-        if svc_port.get("appProtocol"):
-            port["appProtocol"] = svc_port["appProtocol"]
-        ports.append(port)
-    return ports
 
 
 def _ports_key(ports: list[Obj]) -> PortsKey:
@@ -116,31 +79,6 @@ def _ports_key(ports: list[Obj]) -> PortsKey:
             for p in ports
         )
     )
-
-
-def pod_to_endpoint(svc: Obj, pod: Obj, node: Obj | None) -> Obj:
-    serving = pod_is_ready(pod)
-    terminating = bool(pod["metadata"].get("deletionTimestamp"))
-    ready = bool((svc.get("spec") or {}).get("publishNotReadyAddresses")) or (serving and not terminating)
-    status = pod.get("status") or {}
-    address = status.get("podIP") or ((status.get("podIPs") or [{}])[0].get("ip"))
-    endpoint: Obj = {
-        "addresses": [address],
-        "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
-        "targetRef": {
-            "kind": "Pod",
-            "namespace": pod["metadata"]["namespace"],
-            "name": pod["metadata"]["name"],
-            "uid": pod["metadata"]["uid"],
-        },
-    }
-    node_name = (pod.get("spec") or {}).get("nodeName")
-    if node_name:
-        endpoint["nodeName"] = node_name
-    zone = ((node or {}).get("metadata", {}).get("labels") or {}).get(ZONE_LABEL)
-    if zone:
-        endpoint["zone"] = zone
-    return endpoint
 
 
 def slice_labels(svc: Obj) -> dict[str, str]:
@@ -234,16 +172,27 @@ class EndpointSliceController:
             return self.writes - before
 
     def _reconcile(self, svc: Obj, pods: list[Obj], nodes: dict[str, Obj], existing: list[Obj]) -> None:
+        families = [str(f) for f in (svc.get("spec") or {}).get("ipFamilies") or ["IPv4"]]
+        for slice_ in existing:
+            if slice_.get("addressType") not in families:
+                self._delete(slice_)  # a family the Service no longer has
+        for family in families:
+            own = [s for s in existing if s.get("addressType") == family]
+            self._reconcile_family(svc, pods, nodes, own, family)
+
+    def _reconcile_family(
+        self, svc: Obj, pods: list[Obj], nodes: dict[str, Obj], existing: list[Obj], family: str
+    ) -> None:
         desired: dict[PortsKey, tuple[list[Obj], dict[str, Obj]]] = {}
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
             ports = endpoint_ports(svc, pod)
-            endpoint = pod_to_endpoint(svc, pod, nodes.get((pod.get("spec") or {}).get("nodeName") or ""))
-            desired.setdefault(_ports_key(ports), (ports, {}))[1].setdefault(_key(endpoint), endpoint)
+            endpoint = pod_to_endpoint(svc, pod, nodes.get((pod.get("spec") or {}).get("nodeName") or ""), family)
+            if endpoint is not None:
+                desired.setdefault(_ports_key(ports), (ports, {}))[1].setdefault(_key(endpoint), endpoint)
         labels = slice_labels(svc)
         by_ports: dict[PortsKey, list[Obj]] = {}
         for slice_ in existing:
-            if slice_.get("addressType") == "IPv4":
-                by_ports.setdefault(_ports_key(slice_.get("ports") or []), []).append(slice_)
+            by_ports.setdefault(_ports_key(slice_.get("ports") or []), []).append(slice_)
         to_create: list[Obj] = []
         to_update: list[Obj] = []
         to_delete: list[Obj] = []
@@ -252,11 +201,13 @@ class EndpointSliceController:
                 to_delete += by_ports[key]  # a port mapping no pod resolves to any more: all its slices go
         for key in sorted(desired):
             ports, wanted = desired[key]
-            created, updated, deleted = self._by_port_mapping(svc, labels, ports, dict(wanted), by_ports.get(key, []))
+            created, updated, deleted = self._by_port_mapping(
+                svc, labels, ports, dict(wanted), by_ports.get(key, []), family
+            )
             to_create += created
             to_update += updated
             to_delete += deleted
-        placeholder = self._new_slice(svc, labels, [])
+        placeholder = self._new_slice(svc, labels, [], family)
         if len(to_delete) == len(existing) and not to_create:
             if len(to_delete) == 1 and self._is_placeholder(to_delete[0], labels):
                 to_delete = []
@@ -280,7 +231,13 @@ class EndpointSliceController:
         return not slice_.get("endpoints") and not slice_.get("ports") and slice_["metadata"].get("labels") == labels
 
     def _by_port_mapping(
-        self, svc: Obj, labels: dict[str, str], ports: list[Obj], wanted: dict[str, Obj], existing: list[Obj]
+        self,
+        svc: Obj,
+        labels: dict[str, str],
+        ports: list[Obj],
+        wanted: dict[str, Obj],
+        existing: list[Obj],
+        family: str = "IPv4",
     ) -> tuple[list[Obj], list[Obj], list[Obj]]:
         to_delete: list[Obj] = []
         updating: dict[str, Obj] = {}
@@ -330,14 +287,14 @@ class EndpointSliceController:
                     del unchanged[chosen["metadata"]["name"]]
                     updating[chosen["metadata"]["name"]] = target
             if target is None:
-                target = self._new_slice(svc, labels, ports)
+                target = self._new_slice(svc, labels, ports, family)
                 to_create.append(target)
             while remaining and len(target["endpoints"]) < self.max_endpoints:
                 target["endpoints"].append(remaining.pop(0))
         return to_create, list(updating.values()), to_delete
 
     @staticmethod
-    def _new_slice(svc: Obj, labels: dict[str, str], ports: list[Obj]) -> Obj:
+    def _new_slice(svc: Obj, labels: dict[str, str], ports: list[Obj], family: str = "IPv4") -> Obj:
         meta = svc["metadata"]
         return {
             "apiVersion": "discovery.k8s.io/v1",
@@ -357,7 +314,7 @@ class EndpointSliceController:
                     }
                 ],
             },
-            "addressType": "IPv4",
+            "addressType": family,
             "endpoints": [],
             "ports": copy.deepcopy(ports),
         }

@@ -77,6 +77,8 @@ class Kubelet:
     clock: Callable[[], float] = time.monotonic
     ip_pools: Mapping[str, str] = field(default_factory=dict)  # node name -> CIDR its pods get addresses from
     default_pool: str = "10.244.0.0/16"
+    # node name -> IPv6 CIDR: pods on it get a second address (dual-stack podIPs: IPv4 first, then IPv6)
+    ipv6_pools: Mapping[str, str] = field(default_factory=dict)
     _seen: dict[str, float] = field(default_factory=dict)  # pod uid -> when first seen
     _terminating: dict[str, float] = field(default_factory=dict)  # pod uid -> when its deletion was first seen
     _next_ip: dict[str, int] = field(default_factory=dict)  # pool -> next host index
@@ -84,7 +86,11 @@ class Kubelet:
 
     def _allocate(self, node: Obj | None) -> str:
         name = ((node or {}).get("metadata") or {}).get("name", "")
-        pool = self.ip_pools.get(name) or ((node or {}).get("spec") or {}).get("podCIDR") or self.default_pool
+        return self._allocate_from(
+            self.ip_pools.get(name) or ((node or {}).get("spec") or {}).get("podCIDR") or self.default_pool
+        )
+
+    def _allocate_from(self, pool: str) -> str:
         network = ipaddress.ip_network(pool, strict=False)
         index = self._next_ip.get(pool, 1)
         while True:
@@ -128,7 +134,10 @@ class Kubelet:
                 ip = self._allocate(node)
                 addresses = ((node or {}).get("status") or {}).get("addresses") or []
                 host_ip = next((a["address"] for a in addresses if a.get("type") == "InternalIP"), None)
-                status.update({"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "startTime": now_rfc3339()})
+                pod_ips = [{"ip": ip}]
+                if node_name in self.ipv6_pools:
+                    pod_ips.append({"ip": self._allocate_from(self.ipv6_pools[node_name])})
+                status.update({"phase": "Running", "podIP": ip, "podIPs": pod_ips, "startTime": now_rfc3339()})
                 if host_ip:
                     status["hostIP"], status["hostIPs"] = host_ip, [{"ip": host_ip}]
             containers_ready = now - seen >= self.ready_after + self.ready_spread * _unit(uid)

@@ -6,7 +6,9 @@ dropTypeDependentFields) -> carry over allocated values -> validation -> allocat
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ipaddress
 import random
 from typing import Any
 
@@ -15,7 +17,7 @@ from .service_validation import (
     NODE_PORT_MAX,
     NODE_PORT_MIN,
     NODE_PORT_TYPES,
-    SERVICE_CIDR,
+    SERVICE_CIDRS,
     default_status,
     needs_hc_port,
     needs_node_ports,
@@ -74,11 +76,27 @@ def _allocate_port(used: set[int]) -> int:
             return port
 
 
-def _allocate_ip(used: set[str]) -> str:
+def _allocate_ip(used: set[str], family: str = "IPv4") -> str:
+    cidr = SERVICE_CIDRS[family]
     while True:
-        ip = str(SERVICE_CIDR.network_address + random.randint(10, SERVICE_CIDR.num_addresses - 2))
+        ip = str(cidr.network_address + random.randint(10, cidr.num_addresses - 2))
         if ip not in used:
             return ip
+
+
+def _ip_families(spec: Obj, cluster: tuple[str, ...]) -> list[str]:
+    """The Service's families: those given, else the given clusterIP's, else the cluster's primary; completed with
+    the cluster's other family under Prefer/RequireDualStack on a dual-stack cluster (a SingleStack downgrade keeps
+    the primary only)."""
+    given = list(spec.get("ipFamilies") or [])
+    ip = spec.get("clusterIP")
+    if not given and ip and ip != "None":
+        with contextlib.suppress(ValueError):
+            given = ["IPv6" if ipaddress.ip_address(ip).version == 6 else "IPv4"]
+    given = given or [cluster[0]]
+    if (spec.get("ipFamilyPolicy") or "SingleStack") == "SingleStack":
+        return given[:1]
+    return given + [f for f in cluster if f not in given][: 2 - len(given)]
 
 
 def drop_type_dependent_fields(new: Obj, old: Obj) -> None:
@@ -143,22 +161,26 @@ def _carry_allocated(new: Obj, old: Obj) -> None:
         ns["healthCheckNodePort"] = os_.get("healthCheckNodePort")
 
 
-def _allocate(svc: Obj, others: list[Obj], old: Obj | None) -> None:
+def _allocate(svc: Obj, others: list[Obj], old: Obj | None, families: tuple[str, ...] = ("IPv4",)) -> None:
     spec = spec_of(svc)
     name = (svc.get("metadata") or {}).get("name", "")
     errs: list[FieldError] = []
     if spec["type"] != "ExternalName":
+        wanted = _ip_families(spec, families)
         ip = spec.get("clusterIP") or (spec.get("clusterIPs") or [None])[0]
         # Scanning every Service is O(n) per create: skip it for headless ones (10,000-object benchmarks).
         in_use = _ips_in_use(others) if ip != "None" else set()
         if not ip:
-            ip = _allocate_ip(in_use)
+            ip = _allocate_ip(in_use, wanted[0])
         elif ip != "None" and ip in in_use:
             errs.append(
                 invalid("spec.clusterIPs", [ip], f"failed to allocate IP {ip}: provided IP is already allocated")
             )
-        spec["clusterIP"], spec["clusterIPs"] = ip, [ip]
-        spec.setdefault("ipFamilies", ["IPv4"])
+        ips = [ip, *[i for i in (spec.get("clusterIPs") or [])[1 : len(wanted)] if ip != "None"]]
+        while ip != "None" and len(ips) < len(wanted):
+            ips.append(_allocate_ip(in_use, wanted[len(ips)]))  # the secondary family's address
+        spec["clusterIP"], spec["clusterIPs"] = ip, ips
+        spec["ipFamilies"] = wanted
         spec.setdefault("ipFamilyPolicy", "SingleStack")
     used = _node_ports_in_use(others) if needs_node_ports(spec) or needs_hc_port(spec) else set()
     if needs_node_ports(spec):
@@ -198,23 +220,23 @@ def _allocate(svc: Obj, others: list[Obj], old: Obj | None) -> None:
         raise invalid_error("Service", "", name, errs)
 
 
-def prepare_create(svc: Obj, others: list[Obj]) -> None:
+def prepare_create(svc: Obj, others: list[Obj], families: tuple[str, ...] = ("IPv4",)) -> None:
     apply_defaults(svc)
     svc["status"] = {"loadBalancer": {}}
     name = (svc.get("metadata") or {}).get("name", "")
-    errs = validate_spec(svc, None)
+    errs = validate_spec(svc, None, families)
     if errs:
         raise invalid_error("Service", "", name, errs)
-    _allocate(svc, others, None)
+    _allocate(svc, others, None, families)
 
 
-def prepare_update(new: Obj, old: Obj, others: list[Obj]) -> None:
+def prepare_update(new: Obj, old: Obj, others: list[Obj], families: tuple[str, ...] = ("IPv4",)) -> None:
     apply_defaults(new)
     new["status"] = copy.deepcopy(old.get("status")) or {"loadBalancer": {}}
     drop_type_dependent_fields(new, old)
     _carry_allocated(new, old)
     name = (new.get("metadata") or {}).get("name", "")
-    errs = validate_spec(new, old)
+    errs = validate_spec(new, old, families)
     if errs:
         raise invalid_error("Service", "", name, errs)
-    _allocate(new, others, old)
+    _allocate(new, others, old, families)

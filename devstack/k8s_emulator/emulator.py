@@ -43,6 +43,7 @@ class Emulator:
         expired_watch_in_stream: bool = True,
         load_balancer_ip_mode: bool = True,
         future_watch: str = FUTURE_WATCH_SILENT,
+        service_families: tuple[str, ...] = ("IPv4",),
     ) -> None:
         self.host = host
         self.port = port
@@ -57,6 +58,8 @@ class Emulator:
         self.store = Store()
         self.store.expired_watch_in_stream = expired_watch_in_stream
         self.store.load_balancer_ip_mode = load_balancer_ip_mode  # False: a 1.28/1.29 server, ipMode dropped
+        # ("IPv4", "IPv6") or ("IPv6", "IPv4"): a dual-stack cluster (a service CIDR per family, primary first)
+        self.store.service_families = service_families
         if future_watch not in FUTURE_WATCH_SHAPES:
             raise ValueError(f"future_watch must be one of {FUTURE_WATCH_SHAPES}")
         self.store.future_watch = future_watch  # a watch ahead of the server: see Store.future_watch

@@ -161,7 +161,7 @@ def _validate(res: Resource, obj: Obj, old: Obj | None) -> None:
         raise invalid_error(res.kind, res.group, meta.get("name", ""), errs)
 
 
-def prepare_create(res: Resource, obj: Obj, siblings: Siblings) -> None:
+def prepare_create(res: Resource, obj: Obj, siblings: Siblings, families: tuple[str, ...] = ("IPv4",)) -> None:
     if res.kind == "Namespace":
         name = obj["metadata"].get("name", "")
         obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
@@ -173,7 +173,7 @@ def prepare_create(res: Resource, obj: Obj, siblings: Siblings) -> None:
         endpointslice_validation.apply_defaults(obj)
     _validate(res, obj, None)
     if res.kind == "Service":
-        defaults.prepare_create(obj, siblings())
+        defaults.prepare_create(obj, siblings(), families)
     if res.kind == "Node":
         _taint_not_ready(obj)
     omit_empty(res, obj)
@@ -191,7 +191,14 @@ def _taint_not_ready(node: Obj) -> None:
         taints.append(dict(NOT_READY_TAINT))
 
 
-def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subresource: str | None) -> Obj:
+def prepare_update(
+    res: Resource,
+    new: Obj,
+    old: Obj,
+    siblings: Siblings,
+    subresource: str | None,
+    families: tuple[str, ...] = ("IPv4",),
+) -> Obj:
     """Returns the object to store. ``new`` already carries the system metadata of ``old``."""
     if subresource == "status":
         if res.kind in _STATUS_KEEPS_METADATA:
@@ -227,7 +234,7 @@ def prepare_update(res: Resource, new: Obj, old: Obj, siblings: Siblings, subres
         endpointslice_validation.apply_defaults(new)
     _validate(res, new, old)
     if res.kind == "Service":
-        defaults.prepare_update(new, old, siblings())
+        defaults.prepare_update(new, old, siblings(), families)
     return omit_empty(res, new)
 
 

@@ -29,6 +29,11 @@ from .validation import (
 Obj = dict[str, Any]
 
 SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/16")
+# --service-cluster-ip-range per family; a cluster serves the families it is given (Emulator(service_families=)).
+SERVICE_CIDRS: dict[str, ipaddress.IPv4Network | ipaddress.IPv6Network] = {
+    "IPv4": SERVICE_CIDR,
+    "IPv6": ipaddress.ip_network("fd00:10:96::/108"),
+}
 NODE_PORT_MIN, NODE_PORT_MAX = 30000, 32767
 TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
 PROTOCOLS = ["SCTP", "TCP", "UDP"]
@@ -64,7 +69,7 @@ def needs_hc_port(spec: Obj) -> bool:
     return spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"
 
 
-def validate_spec(svc: Obj, old: Obj | None) -> list[FieldError]:
+def validate_spec(svc: Obj, old: Obj | None, families: tuple[str, ...] = ("IPv4",)) -> list[FieldError]:
     spec = spec_of(svc)
     errs: list[FieldError] = []
     stype = spec.get("type")
@@ -168,7 +173,7 @@ def validate_spec(svc: Obj, old: Obj | None) -> list[FieldError]:
         errs.append(invalid("spec.loadBalancerClass", lbc, "must be a qualified name"))
     errs += _validate_source_ranges(svc)
     errs += validate_labels(spec.get("selector"), "spec.selector")
-    errs += _validate_ips(spec, old)
+    errs += _validate_ips(spec, old, families)
     return errs
 
 
@@ -197,7 +202,7 @@ def _validate_source_ranges(svc: Obj) -> list[FieldError]:
     return errs
 
 
-def _validate_ips(spec: Obj, old: Obj | None) -> list[FieldError]:
+def _validate_ips(spec: Obj, old: Obj | None, families: tuple[str, ...] = ("IPv4",)) -> list[FieldError]:
     errs: list[FieldError] = []
     if spec.get("type") == "ExternalName":
         return errs
@@ -213,24 +218,25 @@ def _validate_ips(spec: Obj, old: Obj | None) -> list[FieldError]:
     elif ip:
         if not is_ip(ip):
             errs.append(invalid("spec.clusterIPs[0]", ip, "must be a valid IP address"))
-        elif ipaddress.ip_address(ip) not in SERVICE_CIDR:
+        elif not any(ipaddress.ip_address(ip) in SERVICE_CIDRS[f] for f in families):
+            ranges = ",".join(str(SERVICE_CIDRS[f]) for f in families)
             errs.append(
                 invalid(
                     "spec.clusterIPs",
                     [ip],
                     f"failed to allocate IP {ip}: the provided IP ({ip}) is not "
-                    f"in the valid range. The range of valid IPs is {SERVICE_CIDR}",
+                    f"in the valid range. The range of valid IPs is {ranges}",
                 )
             )
     for fam in spec.get("ipFamilies") or []:
-        if fam != "IPv4":
+        if fam not in families:
             errs.append(invalid("spec.ipFamilies", fam, "not configured on this cluster"))
     policy = spec.get("ipFamilyPolicy")
     if policy not in (None, "SingleStack", "PreferDualStack", "RequireDualStack"):
         errs.append(
             not_supported("spec.ipFamilyPolicy", policy, ["PreferDualStack", "RequireDualStack", "SingleStack"])
         )
-    elif policy == "RequireDualStack":
+    elif policy == "RequireDualStack" and len(families) < 2:
         errs.append(invalid("spec.ipFamilyPolicy", policy, "this cluster is not configured for dual-stack services"))
     if old is not None:
         os_ = old.get("spec") or {}

@@ -82,6 +82,7 @@ class Store:
         # Feature gate LoadBalancerIPMode (beta, on by default since 1.30): off, as on 1.28 and 1.29, the server drops
         # status.loadBalancer.ingress[].ipMode from every write (dropDisabledStatusFields) before validating it.
         self.load_balancer_ip_mode = True
+        self.service_families: tuple[str, ...] = ("IPv4",)  # the cluster's Service IP families, primary first
 
     # ------------------------------------------------------------------ helpers
 
@@ -232,7 +233,7 @@ class Store:
             for field in (*_SYSTEM_META, "managedFields", "selfLink"):
                 meta.pop(field, None)
             self._drop_disabled_fields(res, obj)
-            kinds.prepare_create(res, obj, self._siblings(res, key))
+            kinds.prepare_create(res, obj, self._siblings(res, key), self.service_families)
             self._drop_disabled_fields(res, obj)  # nor defaulted (the gate's defaulting is off too)
             if key in self._bucket(res):
                 raise already_exists(res.plural, res.group, key[1])
@@ -308,7 +309,9 @@ class Store:
             if res.namespaced:
                 meta["namespace"] = namespace
             self._drop_disabled_fields(res, new)
-            stored = kinds.prepare_update(res, new, copy.deepcopy(current), self._siblings(res, key), subresource)
+            stored = kinds.prepare_update(
+                res, new, copy.deepcopy(current), self._siblings(res, key), subresource, self.service_families
+            )
             self._drop_disabled_fields(res, stored)  # nor defaulted (the gate's defaulting is off too)
             stored["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
             if "managedFields" in cur_meta:

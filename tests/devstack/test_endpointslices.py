@@ -259,3 +259,32 @@ def test_the_background_loop_follows_changes() -> None:
         assert slices[0]["ports"] == [{"name": "", "port": 80, "protocol": "TCP"}]
     finally:
         controller.stop()
+
+
+def test_a_dual_stack_service_gets_slices_of_each_family_with_the_pods_address_of_it() -> None:
+    """reconcileByAddressType: one set of slices per spec.ipFamilies entry, each endpoint the pod's address of
+    that family (podIPs); a pod without one is no endpoint of that family; a family dropped loses its slices."""
+    emu = Emulator(service_families=("IPv4", "IPv6"))  # a dual-stack cluster
+    for i, (name, zone) in enumerate(zip(NODES, ZONES, strict=True)):
+        emu.create(_node(name, zone, i))
+    world = World(emu)
+    world.kubelet.ipv6_pools = {NODES[0]: "2600:1f18:0:8000::/64", NODES[1]: "2600:1f18:0:8001::/64"}
+    svc = _service(world, ipFamilies=["IPv6", "IPv4"], ipFamilyPolicy="PreferDualStack")
+    PodSet(world.emu, "web", NODES).create(3, _template())
+    world.settle(3.0)
+    by_family = {s["addressType"]: s for s in world.slices()}
+    assert sorted(by_family) == ["IPv4", "IPv6"]
+    v6 = {e["targetRef"]["name"]: e["addresses"] for e in by_family["IPv6"]["endpoints"]}
+    v4 = {e["targetRef"]["name"]: e["addresses"] for e in by_family["IPv4"]["endpoints"]}
+    assert len(v4) == 3 and len(v6) == 2  # the third node gives its pods no IPv6 address
+    assert all(addresses[0].startswith("2600:1f18:0:800") for addresses in v6.values())
+    assert all(e["conditions"]["ready"] for e in by_family["IPv6"]["endpoints"])
+    assert by_family["IPv6"]["ports"] == by_family["IPv4"]["ports"]
+
+    assert svc["spec"]["ipFamilies"] == ["IPv6", "IPv4"] and len(svc["spec"]["clusterIPs"]) == 2
+    # Downgraded to single-stack: the secondary family's slices go.
+    svc["spec"]["ipFamilies"], svc["spec"]["ipFamilyPolicy"] = ["IPv6"], "SingleStack"
+    svc = world.emu.update(svc)
+    assert svc["spec"]["ipFamilies"] == ["IPv6"] and len(svc["spec"]["clusterIPs"]) == 1
+    world.settle()
+    assert [s["addressType"] for s in world.slices()] == ["IPv6"]

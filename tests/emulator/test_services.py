@@ -9,6 +9,7 @@ import kubernetes
 import pytest
 
 from devstack.k8s_emulator import Emulator
+from devstack.k8s_emulator.errors import ApiError
 
 from .conftest import Raw, service_body
 
@@ -136,3 +137,17 @@ def test_immutable_cluster_ip_and_lb_class(raw: Raw, core: kubernetes.client.Cor
 def test_external_name_has_no_cluster_ip(emu: Emulator) -> None:
     svc = emu.create(service_body("ext", type="ExternalName", externalName="db.example.com", ports=[]))
     assert "clusterIP" not in svc["spec"] and "ipFamilies" not in svc["spec"]
+
+
+def test_a_dual_stack_cluster_allocates_an_address_per_family() -> None:
+    """--service-cluster-ip-range with two CIDRs: PreferDualStack gets the cluster's families (the given one
+    first), one cluster IP each; SingleStack the one family; a single-stack cluster refuses IPv6."""
+    emu = Emulator(service_families=("IPv4", "IPv6"))
+    dual = emu.create(service_body("dual", ipFamilyPolicy="PreferDualStack", ipFamilies=["IPv6"]))["spec"]
+    assert dual["ipFamilies"] == ["IPv6", "IPv4"]
+    assert [ipaddress.ip_address(ip).version for ip in dual["clusterIPs"]] == [6, 4]
+    assert dual["clusterIP"] == dual["clusterIPs"][0]
+    single = emu.create(service_body("single"))["spec"]
+    assert single["ipFamilies"] == ["IPv4"] and len(single["clusterIPs"]) == 1
+    with pytest.raises(ApiError, match="not configured"):
+        Emulator().create(service_body("v6", ipFamilies=["IPv6"]))

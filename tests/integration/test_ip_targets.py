@@ -11,7 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from ccm.aws.ip_targets import IpTargetRegistrar
+from ccm.aws.ip_targets import IpTargetRegistrar, TargetQuotas
 from ccm.contracts.endpoints import IpTarget
 from devstack import aws_faithful
 
@@ -112,7 +112,7 @@ def test_more_endpoints_than_the_quota_register_the_first_in_order(
 ) -> None:
     faithful_aws.max_targets_per_target_group = 30  # AWS's 1,000, scaled down (the devstack enforces the setting)
     tg = ip_group(world)
-    registrar = IpTargetRegistrar(world.clients, quota=30)
+    registrar = IpTargetRegistrar(world.clients, TargetQuotas(per_group=30))
     plan = registrar.sync(tg, world.vpc_id, pods(35))
     ordered = sorted(pods(35), key=IpTarget.sort_key)
     assert plan.register == tuple(ordered[:30]) and plan.over_quota == tuple(ordered[30:])

@@ -8,6 +8,7 @@ from ccm.aws.ip_targets import (
     REFUSED_IP_TARGETS,
     TARGET_QUOTA_EXCEEDED,
     IpTargetPlan,
+    SubnetRange,
     plan_ip_targets,
     refusal_reason,
     subnet_networks,
@@ -17,9 +18,10 @@ from ccm.contracts.readiness_gates import TargetHealth
 
 HEALTHY = TargetHealth("healthy")
 SUBNETS = [
-    {"CidrBlock": "10.0.0.0/24", "Ipv6CidrBlockAssociationSet": []},
+    {"CidrBlock": "10.0.0.0/24", "AvailabilityZone": "us-east-1a", "Ipv6CidrBlockAssociationSet": []},
     {
         "CidrBlock": "10.0.1.0/24",
+        "AvailabilityZone": "us-east-1b",
         "Ipv6CidrBlockAssociationSet": [
             {"Ipv6CidrBlock": "2600:1f18:1::/64", "Ipv6CidrBlockState": {"State": "associated"}},
             {"Ipv6CidrBlock": "2600:1f18:2::/64", "Ipv6CidrBlockState": {"State": "disassociated"}},
@@ -33,11 +35,11 @@ def t(last: int, port: int = 8080, net: str = "10.0.0") -> IpTarget:
     return IpTarget(f"{net}.{last}", port)
 
 
-def test_subnet_ranges_are_the_ipv4_cidrs_and_the_associated_ipv6_blocks() -> None:
+def test_subnet_ranges_are_the_ipv4_cidrs_and_the_associated_ipv6_blocks_with_their_zone() -> None:
     assert (
-        ipaddress.ip_network("10.0.0.0/24"),
-        ipaddress.ip_network("10.0.1.0/24"),
-        ipaddress.ip_network("2600:1f18:1::/64"),
+        SubnetRange(ipaddress.ip_network("10.0.0.0/24"), "us-east-1a"),
+        SubnetRange(ipaddress.ip_network("10.0.1.0/24"), "us-east-1b"),
+        SubnetRange(ipaddress.ip_network("2600:1f18:1::/64"), "us-east-1b"),
     ) == NETWORKS
 
 
@@ -107,8 +109,9 @@ def test_over_the_quota_registered_targets_stay_and_the_first_new_ones_in_order_
     plan = plan_ip_targets(desired, observed, networks=NETWORKS, quota=4)
     assert plan.deregister == () and plan.register == (t(1), t(2))
     assert plan.over_quota == (t(3), t(4), t(5))
-    ((reason, message),) = plan.warnings(quota=4)
-    assert reason == TARGET_QUOTA_EXCEEDED and message.startswith("3 endpoints not registered")
+    ((reason, message),) = plan.warnings()
+    assert reason == TARGET_QUOTA_EXCEEDED and message.startswith("3 endpoints not registered (10.0.0.3:8080, ")
+    assert "at most 4 targets ('Targets per Target Group per Region')" in message
 
 
 def test_quota_holds_for_a_first_registration_of_more_than_1000() -> None:

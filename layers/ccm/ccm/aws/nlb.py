@@ -165,7 +165,8 @@ class NetworkLoadBalancers:
         """An `ip` change of endpoints by the checkpoint's target-group ARNs: one DescribeTargetHealth per group,
         then only the difference (deregister first). RetryError when a stored group is gone (a full pass follows)."""
         groups = [(arn, tg.ip_targets) for arn, tg in self._ip_groups(applied, model)]
-        for reason, message in writes.sync_ip_targets_by_arn(self.ip_targets, self.vpc_id, groups):
+        cross_zone = model.nlb is not None and writes.cross_zone(model.nlb)
+        for reason, message in writes.sync_ip_targets_by_arn(self.ip_targets, self.vpc_id, groups, cross_zone):
             log.warning("%s: %s: %s", model.key, reason, message)
 
     def ip_health_by_arn(

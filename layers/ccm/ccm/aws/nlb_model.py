@@ -1,9 +1,9 @@
 """NLB decisions as pure functions: the desired load balancer for a Service, what AWS reports of it, and the
 plan to converge to it.
 
-Names of target groups hash everything AWS cannot change in place (protocol, port, health-check protocol, VPC),
-so a change of any of those yields a new target group that is created, filled and switched to before the old one
-is deleted; everything else is modified in place. An unchanged Service plans no operation at all.
+Names of target groups hash everything AWS cannot change in place (protocol, port, health-check protocol, VPC, target
+type, IP address type), so a change of any of those yields a new target group that is created, filled and switched
+to before the old one is deleted; everything else is modified in place. An unchanged Service plans no operation at all.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ccm.aws import names
 from ccm.aws.lbconfig import HealthCheck, LoadBalancerConfig
 from ccm.contracts import kube as p
 from ccm.contracts.cloud import InvalidServiceConfig
-from ccm.contracts.endpoints import IpTarget, ServicePortKey
+from ccm.contracts.endpoints import IpTarget, ServicePortKey, address_type
 from ccm.contracts.readiness_gates import TargetHealth
 
 # What an NLB reports for the attributes we manage until someone changes them (a key AWS omits has this value).
@@ -39,6 +39,8 @@ class TargetGroupSpec:
     ip_targets: frozenset[IpTarget] = frozenset()  # ip targets (pod address and port)
     # The Service ports (port, protocol) whose endpoints are this group's ip targets (two for TCP_UDP).
     service_ports: tuple[ServicePortKey, ...] = ()
+    # IpAddressType of an `ip` group, create-only on AWS: `ipv6` for an IPv6-primary Service on a dualstack NLB.
+    ip_address_type: str = "ipv4"
 
     @property
     def wants_targets(self) -> bool:
@@ -212,10 +214,15 @@ def desired_nlb(
     attributes = tuple(sorted(config.effective_target_group_attributes().items()))
     listeners: list[ListenerSpec] = []
     ports_by_name = {sp.name: ServicePortKey(sp.port, sp.protocol) for sp in config.ports}
+    # The group's family follows the Service's primary one (parse refuses IPv6 without a dualstack NLB).
+    family = "ipv6" if config.ip_address_type == "dualstack" and address_type(svc) == "IPv6" else "ipv4"
     for listener in config.listeners:
         if config.target_type == "ip":
-            # A new target group when the type changes (create-only on AWS): made, filled and switched to first.
+            # A new target group when the type or family changes (both create-only on AWS): made, filled and
+            # switched to first. An IPv4 group keeps the name it had before families were modelled.
             identity: tuple[object, ...] = (listener.target_protocol, listener.port, health.protocol, vpc_id, "ip")
+            if family == "ipv6":
+                identity += ("ipv6",)
             tg_name = names.target_group_name(namespace, name, uid, identity)
             keys = tuple(ports_by_name[n] for n in listener.port_names if n in ports_by_name)
             tg = TargetGroupSpec(
@@ -228,6 +235,7 @@ def desired_nlb(
                 "ip",
                 frozenset(),
                 keys,
+                family,
             )
         else:
             identity = (listener.target_protocol, listener.node_port, health.protocol, vpc_id)

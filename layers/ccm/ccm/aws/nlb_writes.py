@@ -15,7 +15,7 @@ from ccm.aws import names, nlb_observed
 from ccm.aws import nlb_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
-from ccm.aws.ip_targets import IpTargetRegistrar
+from ccm.aws.ip_targets import IpTargetRegistrar, nlb_warnings
 from ccm.aws.subnets import forget_discovery
 from ccm.aws.targets import register_targets
 from ccm.contracts.cloud import RetryError
@@ -65,6 +65,7 @@ def apply_plan(
     refused: set[str] = set()
     arn_by_name = {tg.name: tg.arn for tg in observed.target_groups.values()}
     held = [op for op in operations if isinstance(op, m.AwaitHealthy)]
+    syncs = [op for op in operations if isinstance(op, m.SyncIpTargets)]
     for op in operations:
         log.info("nlb %s: %s", desired.name, type(op).__name__)
         if isinstance(op, m.CreateTargetGroup):
@@ -85,14 +86,12 @@ def apply_plan(
             elbv2.deregister_targets(
                 TargetGroupArn=arn_by_name[op.name], Targets=[{"Id": i, "Port": op.port} for i in op.instance_ids]
             )
-        elif isinstance(op, m.SyncIpTargets):
+        elif isinstance(op, m.SyncIpTargets) and op is syncs[-1]:
+            # All the NLB's ip groups at once, when every one exists: its target quotas count them together.
             registrar = registrar or IpTargetRegistrar(clients)
-            arn = arn_by_name[op.name]
-            have = observed.target_groups.get(arn)
-            ip_plan = registrar.plan(vpc_id, op.targets, m.ip_health(have) if have else {})
-            registrar.apply(arn, ip_plan)
+            warnings = sync_ip_groups(registrar, vpc_id, desired, observed, arn_by_name)
             if ip_warnings is not None:
-                ip_warnings.extend(ip_plan.warnings(registrar.quota))
+                ip_warnings.extend(warnings)
         elif isinstance(op, m.CreateListener):
             create_listener(clients, observed.arn, op, arn_by_name[op.target_group], desired.tags)
         elif isinstance(op, m.ModifyListener):
@@ -116,7 +115,33 @@ def apply_plan(
     return sorted(refused), arn_by_name
 
 
+def sync_ip_groups(
+    registrar: IpTargetRegistrar,
+    vpc_id: str,
+    desired: m.NLBSpec,
+    observed: m.ObservedNLB,
+    arn_by_name: dict[str, str],
+) -> list[tuple[str, str]]:
+    """Converge every `ip` group of the desired NLB (unchanged ones too: they count towards its quotas); returns
+    the Warnings' (reason, message)."""
+    groups = {}
+    for ls in desired.listeners:
+        tg = ls.target_group
+        if tg.target_type == "ip" and tg.name in arn_by_name:
+            have = observed.target_groups.get(arn_by_name[tg.name])
+            groups[arn_by_name[tg.name]] = (tg.ip_targets, m.ip_health(have) if have else {})
+    plans = registrar.plan_all(vpc_id, groups, cross_zone(desired))
+    registrar.apply_all(plans)
+    return nlb_warnings(plans.values())
+
+
+def cross_zone(desired: m.NLBSpec) -> bool:
+    return dict(desired.attributes).get("load_balancing.cross_zone.enabled") == "true"
+
+
 def create_target_group(clients: AwsClients, vpc_id: str, spec: m.TargetGroupSpec, tags: dict[str, str]) -> str:
+    # IpAddressType only for `ip` groups: instance groups keep the AWS default (ipv4), as before.
+    family = {"IpAddressType": spec.ip_address_type} if spec.target_type == "ip" else {}
     try:
         created = clients.elbv2.create_target_group(
             Name=spec.name,
@@ -125,6 +150,7 @@ def create_target_group(clients: AwsClients, vpc_id: str, spec: m.TargetGroupSpe
             VpcId=vpc_id,
             TargetType=spec.target_type,
             Tags=names.as_tag_list(tags),
+            **family,
             **nlb_observed.health_kwargs(spec.health),
         )
         return str(created["TargetGroups"][0]["TargetGroupArn"])
@@ -200,18 +226,20 @@ def apply_targets_by_arn(
 
 
 def sync_ip_targets_by_arn(
-    registrar: IpTargetRegistrar, vpc_id: str, groups: list[tuple[str, frozenset[IpTarget]]]
+    registrar: IpTargetRegistrar,
+    vpc_id: str,
+    groups: list[tuple[str, frozenset[IpTarget]]],
+    cross_zone: bool = False,
 ) -> list[tuple[str, str]]:
-    """Converge each stored `ip` target group (ARN, wanted targets): observe, plan, apply; returns the Warnings'
-    (reason, message). A gone group is a RetryError (the next pass reads everything)."""
-    warnings: list[tuple[str, str]] = []
-    for arn, wanted in groups:
-        try:
-            plan = registrar.plan(vpc_id, wanted, registrar.observe(arn))
-            registrar.apply(arn, plan)
-        except ClientError as err:
-            if error_code(err) != "TargetGroupNotFound":
-                raise
-            raise RetryError(f"target group {arn} is gone: reading it in full", delay_seconds=1) from err
-        warnings.extend(plan.warnings(registrar.quota))
-    return warnings
+    """Converge the stored `ip` target groups of one NLB (ARN, wanted targets), planned together against its
+    quotas: observe each, plan, apply; returns the Warnings' (reason, message). A gone group is a RetryError (the
+    next pass reads everything)."""
+    try:
+        observed = {arn: (wanted, registrar.observe(arn)) for arn, wanted in groups}
+        plans = registrar.plan_all(vpc_id, observed, cross_zone)
+        registrar.apply_all(plans)
+    except ClientError as err:
+        if error_code(err) != "TargetGroupNotFound":
+            raise
+        raise RetryError("a target group of the checkpoint is gone: reading it in full", delay_seconds=1) from err
+    return nlb_warnings(plans.values())

@@ -43,10 +43,12 @@ from ccm.aws.lbconfig.table import (
     SUBNETS_ANNOTATION,
     TABLE,
     TARGET_GROUP_ATTRIBUTES_ANNOTATION,
+    TARGET_TYPE_ANNOTATION,
     TYPE_ANNOTATION,
     AnnotationValues,
 )
 from ccm.contracts.cloud import ImplementedElsewhere, InvalidServiceConfig
+from ccm.contracts.endpoints import address_type
 
 
 def parse_load_balancer_config(service: Mapping[str, Any], default_lb_type: LbType = "clb") -> LoadBalancerConfig:
@@ -96,6 +98,8 @@ def parse_load_balancer_config(service: Mapping[str, Any], default_lb_type: LbTy
     health = build_health_check(lb_type, health_check_node_port if node_health else None, values, raw_of, errors)
     source_ranges = _source_ranges(spec, values, ignored, errors)
     _cross_checks(scheme, listeners, values, raw_of, errors)
+    if lb_type == "nlb":
+        _ip_family_check(spec, values, raw_of, errors)
     raise_all(errors)
     return LoadBalancerConfig(
         lb_type=lb_type,
@@ -316,3 +320,22 @@ def _cross_checks(
     extra = values.extra_security_groups
     if extra and len(set(extra) | set(values.security_groups)) + (not values.security_groups) > 5:
         refuse(EXTRA_SECURITY_GROUPS_ANNOTATION, "more than 5 security groups in all")
+
+
+def _ip_family_check(
+    spec: Mapping[str, Any], values: AnnotationValues, raw_of: Callable[[str], str], errors: list[InvalidServiceConfig]
+) -> None:
+    """An IPv6-primary Service in `ip` mode gets an ipv6 target group, which AWS associates only with a dualstack
+    NLB (ELB user guide, "Target groups for your Network Load Balancers", IP address type). Refused up front
+    rather than a group made and then a listener refused half-way (as the LBC: no IPv6 group on an ipv4 NLB)."""
+    if values.target_type != "ip" or values.ip_address_type == "dualstack":
+        return
+    if address_type({"spec": spec}) == "IPv6":
+        errors.append(
+            InvalidAnnotation(
+                TARGET_TYPE_ANNOTATION,
+                raw_of(TARGET_TYPE_ANNOTATION),
+                f"the Service's primary family is IPv6 (spec.ipFamilies[0]): its ip targets need an ipv6 target "
+                f"group, which AWS attaches only to a dualstack NLB; set {PREFIX}ip-address-type: dualstack",
+            )
+        )
