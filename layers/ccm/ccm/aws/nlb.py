@@ -167,6 +167,15 @@ class NetworkLoadBalancers:
         groups = [(arn, tg.ip_targets) for arn, tg in self._ip_groups(applied, model)]
         for reason, message in writes.sync_ip_targets_by_arn(self.ip_targets, self.vpc_id, groups):
             log.warning("%s: %s: %s", model.key, reason, message)
+        if self.security_groups is not None and not applied.security_groups and model.nlb is not None:
+            # An NLB without groups: the pods' ports may have changed (or come: a Service made before its pods), so
+            # its node rules follow the endpoints too (no call while they are unchanged).
+            def subnets() -> list[str]:
+                lb = reads.describe_lb(self.clients, model.name)
+                return reads.lb_subnet_ids(lb) if lb is not None else []
+
+            if warning := self.security_groups.ensure_nlb_node_rules(model.nlb, model.config, subnets):
+                log.warning("%s: %s: %s", model.key, UNTAGGED_NODE_GROUP, warning)
 
     def ip_health_by_arn(
         self, applied: Applied, model: LoadBalancerModel
@@ -228,14 +237,16 @@ class NetworkLoadBalancers:
         of its port set, or its own for source ranges) and the shared backend group, whose one node rule serves
         every LB. An existing NLB whose groups change carries the old and the new ones while its listeners change
         (make before break: `frontend_model.interim_groups`), then only the new ones (`_finish_swap`). An NLB
-        created without groups (AWS cannot add them later) is left as it is. (group ids, node-group warning, the
-        groups it carried when they change, else None)"""
-        if (
-            self.security_groups is None
-            or not flags.check_attributes
-            or (lb is not None and not lb.get("SecurityGroups"))
-        ):
+        created without groups (AWS cannot add them later) keeps none: CIDR rules on the node groups admit its
+        traffic and health checks instead (`SecurityGroups.ensure_nlb_node_rules`). (group ids, node-group warning,
+        the groups it carried when they change, else None)"""
+        if self.security_groups is None or not flags.check_attributes:
             return [], None, None
+        if lb is not None and not lb.get("SecurityGroups"):
+            assert model.nlb is not None
+            subnets = reads.lb_subnet_ids(lb)
+            unreachable = self.security_groups.ensure_nlb_node_rules(model.nlb, model.config, subnets, flags.thorough)
+            return [], unreachable, None
         group_ids = self.security_groups.ensure_lb_group(
             model.name, model.service, model.config, "nlb", dict(model.config.additional_tags), scanned, model.frontend
         )

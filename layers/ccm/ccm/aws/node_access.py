@@ -141,8 +141,11 @@ class NodeAccess:
         """Forget the node groups and the shared groups (ids, the backend rule): all read again on next need."""
         self._node_groups.forget()
 
-    def _read_node_groups(self) -> list[dict[str, Any]]:
+    def read_node_groups(self) -> list[dict[str, Any]]:
+        """The node groups as DescribeSecurityGroups answers (rules included): one read; [] when none is tagged."""
         return self._node_groups.read()
+
+    _read_node_groups = read_node_groups
 
     def _retire(
         self, rules_by_group: Mapping[str, list[IngressRule]], retiring: set[str], exclusive: Collection[str] = ()
