@@ -44,7 +44,7 @@ def rules_of(world: World, lb_name: str) -> set[tuple[str, int, str | None]]:
     }
 
 
-def nlb_without_groups(world: World, svc: dict[str, Any]) -> str:
+def nlb_without_groups(world: World, svc: dict[str, Any], scheme: str = "internet-facing") -> str:
     """What cloud-provider-aws (or this controller before groups) made: the Service's NLB, no security group."""
     elbv2 = boto3.client("elbv2", region_name=REGION)
     subnets = [
@@ -57,6 +57,7 @@ def nlb_without_groups(world: World, svc: dict[str, Any]) -> str:
     lb = elbv2.create_load_balancer(
         Name=name,
         Type="network",
+        Scheme=scheme,
         Subnets=subnets,
         Tags=[{"Key": names.cluster_tag_key(CLUSTER), "Value": "owned"}],
     )["LoadBalancers"][0]
@@ -145,3 +146,18 @@ def test_the_sweeper_retires_the_rules_of_an_nlb_gone_without_its_delete(
     stale = sweeper_groups.revoke_stale_node_rules(lambda lbs: set())  # gone (deleted by hand)
     assert {m.lb_named_by(r.description) for r in stale} == {lb_name}
     assert rules_of(world, lb_name) == set()
+
+
+def test_an_internal_nlb_open_to_all_admits_its_vpc(stack: dict[str, Any], world: World, emulator: Emulator) -> None:
+    core: client.CoreV1Api = stack["core"]
+    svc = create_service(core, ports=[{"name": "http", "port": 80}])
+    core.patch_namespaced_service("web", "default", {"metadata": {"annotations": {A + "internal": "true"}}})
+    svc = read(core) or svc
+    lb_name = nlb_without_groups(world, svc, "internal")
+    assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
+    node_port = (read(core) or svc)["spec"]["ports"][0]["nodePort"]
+    assert rules_of(world, lb_name) == {
+        ("tcp", node_port, "10.0.0.0/16"),  # the VPC's block, not 0.0.0.0/0
+        ("icmp", 3, "10.0.0.0/16"),
+        *(("tcp", node_port, c) for c in subnet_cidrs(world)),
+    }

@@ -174,7 +174,7 @@ class NetworkLoadBalancers:
                 lb = reads.describe_lb(self.clients, model.name)
                 return reads.lb_subnet_ids(lb) if lb is not None else []
 
-            if warning := self.security_groups.ensure_nlb_node_rules(model.nlb, model.config, subnets):
+            if warning := self.security_groups.ensure_nlb_node_rules(model.nlb, model.config, subnets, False):
                 log.warning("%s: %s: %s", model.key, UNTAGGED_NODE_GROUP, warning)
 
     def ip_health_by_arn(

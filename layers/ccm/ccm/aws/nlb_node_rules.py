@@ -30,6 +30,7 @@ from ccm.contracts.cluster import Cluster
 log = logging.getLogger(__name__)
 
 _CACHE_MAX: Final = 512  # load balancers remembered (bounded memory)
+SubnetIds = Sequence[str] | Callable[[], Sequence[str]]  # the NLB's subnets, or how to read them
 
 
 class NlbNodeRules:
@@ -45,11 +46,7 @@ class NlbNodeRules:
         self._vpc_cidrs: tuple[str, ...] | None = None
 
     def ensure(
-        self,
-        spec: NLBSpec,
-        config: LoadBalancerConfig,
-        subnet_ids: Sequence[str] | Callable[[], Sequence[str]],
-        thorough: bool = False,
+        self, spec: NLBSpec, config: LoadBalancerConfig, subnet_ids: SubnetIds, thorough: bool = False
     ) -> str | None:
         """Converge every node group to the NLB's rules; a Warning's text when no node group is tagged.
         `subnet_ids`: the NLB's subnets, or how to read them (called only when this environment does not know)."""

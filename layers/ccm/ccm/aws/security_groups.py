@@ -17,8 +17,7 @@ API (used by both drivers; the pure part is in `security_groups_model`, the node
     group(s), for all LBs (cached: no call warm); with bring-your-own groups: one rule from `lb_group_ids[0]`.
   - `retire_replaced(lb_name, uid, attached, group_ids, thorough)` — migration of an LB of the previous design:
     its own node rule and (unless still its frontend) its group go once it carries `group_ids`.
-  - `ensure_nlb_node_rules(spec, config, subnet_ids, thorough)` — an NLB without groups: its CIDR rules on the
-    node groups (`nlb_node_rules`).
+  - `ensure_nlb_node_rules(spec, config, subnets, thorough)` — an NLB without groups' CIDR node rules.
   - `revoke_node_access(lb_name, lb_group_id)` — retire the node rules of that LB.
   - `delete_lb_group(lb_name, service_uid)` — retire its node rules, then delete the managed group; raises
     RetryError while AWS still reports a dependency. Call it once no LB of that name (NLB or CLB: they share
@@ -59,7 +58,7 @@ carrying only the shared groups; else 2 reads + DeleteSecurityGroup (+ Revoke of
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -71,7 +70,7 @@ from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.lbconfig import LoadBalancerConfig
 from ccm.aws.nlb_model import NLBSpec
-from ccm.aws.nlb_node_rules import NlbNodeRules
+from ccm.aws.nlb_node_rules import NlbNodeRules, SubnetIds
 from ccm.aws.node_access import NodeAccess
 from ccm.aws.parallel import in_parallel
 from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
@@ -386,15 +385,11 @@ class SecurityGroups:
         return self._nodes.ensure_node_access(lb_group_ids, lb_name, service_uid, instance_ids)
 
     def ensure_nlb_node_rules(
-        self,
-        spec: NLBSpec,
-        config: LoadBalancerConfig,
-        subnet_ids: Sequence[str] | Callable[[], Sequence[str]],
-        thorough: bool = False,
+        self, spec: NLBSpec, config: LoadBalancerConfig, subnets: SubnetIds, thorough: bool
     ) -> str | None:
-        """An NLB without security groups: its client, health-check and path-MTU CIDR rules on the node groups
-        (ccm.aws.nlb_node_rules); a Warning's text when no node group is tagged."""
-        return self._nlb_rules.ensure(spec, config, subnet_ids, thorough)
+        """An NLB without groups: its CIDR rules on the node groups (ccm.aws.nlb_node_rules); a Warning's text when
+        no node group is tagged."""
+        return self._nlb_rules.ensure(spec, config, subnets, thorough)
 
     def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
         """Retire the node rules named after the LB (an NLB without groups' CIDR rules too), and any from its
