@@ -103,6 +103,23 @@ def test_instance_targets_rules_appear_follow_the_ranges_and_go_with_the_nlb(
         *(("tcp", node_port, c) for c in subnet_cidrs(world)),
     }
 
+    # Another NodePort: the new port's rules are added, the old port's revoked.
+    ports = {"spec": {"ports": [{"name": "http", "port": 80, "nodePort": 30999}]}}
+    core.patch_namespaced_service("web", "default", ports, _content_type="application/merge-patch+json")
+    live = read(core)
+    assert live is not None and live["spec"]["ports"][0]["nodePort"] == 30999 != node_port
+    # Make before break: the old target group serves on the old port until its listener moves (the pass waits for
+    # the new group), so both ports are open meanwhile; the new port's health checks need its rule already.
+    assert invoke(stack, [delta_for("Service", "MODIFIED", live).to_body()])["batchItemFailures"]
+    assert {("tcp", 30999, "203.0.113.0/24"), ("tcp", node_port, "203.0.113.0/24")} <= rules_of(world, lb_name)
+    stack["sqs"].purge_queue(QueueUrl=stack["queue_url"])
+    assert invoke(stack, [delta_for("Service", "SYNC", live).to_body()]) == {"batchItemFailures": []}
+    assert rules_of(world, lb_name) == {
+        ("tcp", 30999, "203.0.113.0/24"),
+        ("icmp", 3, "203.0.113.0/24"),
+        *(("tcp", 30999, c) for c in subnet_cidrs(world)),
+    }
+
     # Deleted: its rules go with it.
     core.delete_namespaced_service("web", "default")
     deleting = read(core)

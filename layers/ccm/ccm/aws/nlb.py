@@ -104,6 +104,7 @@ class NetworkLoadBalancers:
         if lb is not None and not lb.get("SecurityGroups"):  # created without groups: they would never be used
             wanted = replace(wanted, security_groups=frozenset())
         self.references.verify(wanted - used, config)
+        without_groups = bool(self.security_groups and flags.check_attributes and lb and not lb.get("SecurityGroups"))
         group_ids, unreachable, swapped = self._ensure_groups(model, lb, flags, scanned)
         warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
@@ -126,6 +127,9 @@ class NetworkLoadBalancers:
         warnings += [LoadBalancerWarning(reason, message) for reason, message in ip_warnings]
         if swapped is not None:
             self._finish_swap(lb, group_ids, swapped, uid, flags)
+        if without_groups:  # the listeners moved: the rules of replaced target groups' ports go (nlb_node_rules)
+            assert self.security_groups is not None
+            self.security_groups.ensure_nlb_node_rules(desired, config, reads.lb_subnet_ids(lb), flags.thorough)
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         applied = Applied(
             uid=uid,
@@ -163,19 +167,25 @@ class NetworkLoadBalancers:
 
     def apply_ip_targets(self, applied: Applied, model: LoadBalancerModel) -> None:
         """An `ip` change of endpoints by the checkpoint's target-group ARNs: one DescribeTargetHealth per group,
-        then only the difference (deregister first). RetryError when a stored group is gone (a full pass follows)."""
+        then only the difference (deregister first). RetryError when a stored group is gone (a full pass follows).
+        An NLB without groups: its node rules follow the pods' ports (added before, revoked after; no call while
+        unchanged), so a Service made before its pods opens their port when they come."""
         groups = [(arn, tg.ip_targets) for arn, tg in self._ip_groups(applied, model)]
+        self._ip_node_rules(applied, model, revoke=False)
         for reason, message in writes.sync_ip_targets_by_arn(self.ip_targets, self.vpc_id, groups):
             log.warning("%s: %s: %s", model.key, reason, message)
-        if self.security_groups is not None and not applied.security_groups and model.nlb is not None:
-            # An NLB without groups: the pods' ports may have changed (or come: a Service made before its pods), so
-            # its node rules follow the endpoints too (no call while they are unchanged).
-            def subnets() -> list[str]:
-                lb = reads.describe_lb(self.clients, model.name)
-                return reads.lb_subnet_ids(lb) if lb is not None else []
+        self._ip_node_rules(applied, model, revoke=True)
 
-            if warning := self.security_groups.ensure_nlb_node_rules(model.nlb, model.config, subnets, False):
-                log.warning("%s: %s: %s", model.key, UNTAGGED_NODE_GROUP, warning)
+    def _ip_node_rules(self, applied: Applied, model: LoadBalancerModel, revoke: bool) -> None:
+        if self.security_groups is None or applied.security_groups or model.nlb is None:
+            return
+
+        def subnets() -> list[str]:
+            lb = reads.describe_lb(self.clients, model.name)
+            return reads.lb_subnet_ids(lb) if lb is not None else []
+
+        if warning := self.security_groups.ensure_nlb_node_rules(model.nlb, model.config, subnets, False, revoke):
+            log.warning("%s: %s: %s", model.key, UNTAGGED_NODE_GROUP, warning)
 
     def ip_health_by_arn(
         self, applied: Applied, model: LoadBalancerModel
@@ -245,7 +255,10 @@ class NetworkLoadBalancers:
         if lb is not None and not lb.get("SecurityGroups"):
             assert model.nlb is not None
             subnets = reads.lb_subnet_ids(lb)
-            unreachable = self.security_groups.ensure_nlb_node_rules(model.nlb, model.config, subnets, flags.thorough)
+            # Only added here: the old rules go once the listeners have moved (deploy, after apply_plan).
+            unreachable = self.security_groups.ensure_nlb_node_rules(
+                model.nlb, model.config, subnets, flags.thorough, revoke=False
+            )
             return [], unreachable, None
         group_ids = self.security_groups.ensure_lb_group(
             model.name, model.service, model.config, "nlb", dict(model.config.additional_tags), scanned, model.frontend

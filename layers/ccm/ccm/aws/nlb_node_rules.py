@@ -40,16 +40,24 @@ class NlbNodeRules:
         self._cluster_tag = cluster.tag_key
         self._rules = rules
         self._nodes = nodes
-        self._applied: dict[str, frozenset[IngressRule]] = {}  # lb name -> the rules last made true
+        # lb name -> (the node groups, the rules last made present on them, whether the others were revoked too)
+        self._applied: dict[str, tuple[tuple[str, ...], frozenset[IngressRule], bool]] = {}
         self._lb_subnets: dict[str, tuple[str, ...]] = {}  # lb name -> its subnets (fixed but by SetSubnets)
         self._subnet_cidrs: dict[str, tuple[str, ...]] = {}  # subnet id -> its IPv4 block
         self._vpc_cidrs: tuple[str, ...] | None = None
 
     def ensure(
-        self, spec: NLBSpec, config: LoadBalancerConfig, subnet_ids: SubnetIds, thorough: bool = False
+        self,
+        spec: NLBSpec,
+        config: LoadBalancerConfig,
+        subnet_ids: SubnetIds,
+        thorough: bool = False,
+        revoke: bool = True,
     ) -> str | None:
         """Converge every node group to the NLB's rules; a Warning's text when no node group is tagged.
-        `subnet_ids`: the NLB's subnets, or how to read them (called only when this environment does not know)."""
+        `subnet_ids`: the NLB's subnets, or how to read them (called only when this environment does not know).
+        `revoke=False`: only add (before the listeners change: a replaced target group keeps serving on its port
+        until its listener has moved; the pass calls again with `revoke=True` once it has)."""
         if callable(subnet_ids):
             known = self._lb_subnets.get(spec.name)
             subnets = known if known is not None else tuple(subnet_ids())
@@ -60,7 +68,10 @@ class NlbNodeRules:
         vpc = self._vpc_blocks() if config.internal else ()
         clients = nm.client_ranges(config.source_range_cidrs, config.internal, dualstack, vpc)
         desired = nm.desired_node_rules(spec, clients, self._cidrs_of(subnets))
-        if not thorough and self._applied.get(spec.name) == desired:
+        # Keyed by the node groups too (cached ids: no call warm): a replaced node group gets the rules again.
+        made = self._applied.get(spec.name)
+        node_ids = tuple(sorted(self._nodes.node_group_ids()))
+        if not thorough and made is not None and made[:2] == (node_ids, desired) and (made[2] or not revoke):
             return None  # the warm path: no call
         groups = self._nodes.read_node_groups()
         if not groups:
@@ -70,11 +81,13 @@ class NlbNodeRules:
         for group in groups:
             group_id = str(group["GroupId"])
             current = m.rules_from_permissions(group.get("IpPermissions", []))
-            authorize, revoke = nm.plan_node_rules(current, desired, spec.name)
+            authorize, stale = nm.plan_node_rules(current, desired, spec.name)
             # Authorize first: a changed port or range is never closed to both the old and the new.
             self._rules.authorize(group_id, authorize, tags=m.node_rule_tags(self._cluster_tag))
-            self._rules.revoke_tagged(group_id, revoke)
-        self._remember(self._applied, spec.name, desired)
+            if revoke:
+                self._rules.revoke_tagged(group_id, stale)
+        node_ids = tuple(sorted(str(g["GroupId"]) for g in groups))
+        self._remember(self._applied, spec.name, (node_ids, desired, revoke))
         return None
 
     def forget(self, lb_name: str) -> None:

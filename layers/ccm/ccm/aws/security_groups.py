@@ -385,11 +385,11 @@ class SecurityGroups:
         return self._nodes.ensure_node_access(lb_group_ids, lb_name, service_uid, instance_ids)
 
     def ensure_nlb_node_rules(
-        self, spec: NLBSpec, config: LoadBalancerConfig, subnets: SubnetIds, thorough: bool
+        self, spec: NLBSpec, config: LoadBalancerConfig, subnets: SubnetIds, thorough: bool, revoke: bool = True
     ) -> str | None:
         """An NLB without groups: its CIDR rules on the node groups (ccm.aws.nlb_node_rules); a Warning's text when
-        no node group is tagged."""
-        return self._nlb_rules.ensure(spec, config, subnets, thorough)
+        no node group is tagged. `revoke=False`: only add (before its listeners change)."""
+        return self._nlb_rules.ensure(spec, config, subnets, thorough, revoke)
 
     def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
         """Retire the node rules named after the LB (an NLB without groups' CIDR rules too), and any from its
