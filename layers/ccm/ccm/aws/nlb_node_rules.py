@@ -78,6 +78,7 @@ class NlbNodeRules:
             message = m.untagged_node_groups_message(self._cluster_tag, self.vpc_id, [])
             log.warning("%s: %s", spec.name, message)
             return message
+        complete = True  # nothing of the LB's left beside what it wants
         for group in groups:
             group_id = str(group["GroupId"])
             current = m.rules_from_permissions(group.get("IpPermissions", []))
@@ -86,8 +87,9 @@ class NlbNodeRules:
             self._rules.authorize(group_id, authorize, tags=m.node_rule_tags(self._cluster_tag))
             if revoke:
                 self._rules.revoke_tagged(group_id, stale)
+            complete = complete and (revoke or not stale)
         node_ids = tuple(sorted(str(g["GroupId"]) for g in groups))
-        self._remember(self._applied, spec.name, (node_ids, desired, revoke))
+        self._remember(self._applied, spec.name, (node_ids, desired, complete))
         return None
 
     def forget(self, lb_name: str) -> None:
