@@ -245,6 +245,9 @@ class LoadBalancers:
         if leftover := sorted(a for a in tagged if a not in known and a.rsplit("loadbalancer/", 1)[-1] not in known):
             log.info("%s: more resources carry its UID tag than it recorded: %s", applied.uid, leftover)
             return False
+        if self.security_groups is not None and applied.lb_type == "nlb" and not applied.security_groups:
+            # An NLB without groups: its CIDR rules on the node groups (ccm.aws.nlb_node_rules) go with it.
+            self.security_groups.revoke_node_access(names.load_balancer_name(applied.uid), None)
         if self.security_groups is not None and applied.security_groups:
             name = names.load_balancer_name(applied.uid)
             # What the LB carried, as recorded: the shared groups alone mean no group or node rule of its own (no

@@ -104,6 +104,7 @@ class NetworkLoadBalancers:
         if lb is not None and not lb.get("SecurityGroups"):  # created without groups: they would never be used
             wanted = replace(wanted, security_groups=frozenset())
         self.references.verify(wanted - used, config)
+        without_groups = bool(self.security_groups and flags.check_attributes and lb and not lb.get("SecurityGroups"))
         group_ids, unreachable, swapped = self._ensure_groups(model, lb, flags, scanned)
         warnings += [LoadBalancerWarning(UNTAGGED_NODE_GROUP, unreachable)] if unreachable else []
         if lb is None:
@@ -126,6 +127,9 @@ class NetworkLoadBalancers:
         warnings += [LoadBalancerWarning(reason, message) for reason, message in ip_warnings]
         if swapped is not None:
             self._finish_swap(lb, group_ids, swapped, uid, flags)
+        if without_groups:  # the listeners moved: the rules of replaced target groups' ports go (nlb_node_rules)
+            assert self.security_groups is not None
+            self.security_groups.ensure_nlb_node_rules(desired, config, reads.lb_subnet_ids(lb), flags.thorough)
         warnings += [LoadBalancerWarning(REFUSED_TARGETS, refused_message(refused))] if refused else []
         applied = Applied(
             uid=uid,
@@ -163,11 +167,26 @@ class NetworkLoadBalancers:
 
     def apply_ip_targets(self, applied: Applied, model: LoadBalancerModel) -> None:
         """An `ip` change of endpoints by the checkpoint's target-group ARNs: one DescribeTargetHealth per group,
-        then only the difference (deregister first). RetryError when a stored group is gone (a full pass follows)."""
+        then only the difference (deregister first). RetryError when a stored group is gone (a full pass follows).
+        An NLB without groups: its node rules follow the pods' ports (added before, revoked after; no call while
+        unchanged), so a Service made before its pods opens their port when they come."""
         groups = [(arn, tg.ip_targets) for arn, tg in self._ip_groups(applied, model)]
         cross_zone = model.nlb is not None and writes.cross_zone(model.nlb)
+        self._ip_node_rules(applied, model, revoke=False)
         for reason, message in writes.sync_ip_targets_by_arn(self.ip_targets, self.vpc_id, groups, cross_zone):
             log.warning("%s: %s: %s", model.key, reason, message)
+        self._ip_node_rules(applied, model, revoke=True)
+
+    def _ip_node_rules(self, applied: Applied, model: LoadBalancerModel, revoke: bool) -> None:
+        if self.security_groups is None or applied.security_groups or model.nlb is None:
+            return
+
+        def subnets() -> list[str]:
+            lb = reads.describe_lb(self.clients, model.name)
+            return reads.lb_subnet_ids(lb) if lb is not None else []
+
+        if warning := self.security_groups.ensure_nlb_node_rules(model.nlb, model.config, subnets, False, revoke):
+            log.warning("%s: %s: %s", model.key, UNTAGGED_NODE_GROUP, warning)
 
     def ip_health_by_arn(
         self, applied: Applied, model: LoadBalancerModel
@@ -229,14 +248,19 @@ class NetworkLoadBalancers:
         of its port set, or its own for source ranges) and the shared backend group, whose one node rule serves
         every LB. An existing NLB whose groups change carries the old and the new ones while its listeners change
         (make before break: `frontend_model.interim_groups`), then only the new ones (`_finish_swap`). An NLB
-        created without groups (AWS cannot add them later) is left as it is. (group ids, node-group warning, the
-        groups it carried when they change, else None)"""
-        if (
-            self.security_groups is None
-            or not flags.check_attributes
-            or (lb is not None and not lb.get("SecurityGroups"))
-        ):
+        created without groups (AWS cannot add them later) keeps none: CIDR rules on the node groups admit its
+        traffic and health checks instead (`SecurityGroups.ensure_nlb_node_rules`). (group ids, node-group warning,
+        the groups it carried when they change, else None)"""
+        if self.security_groups is None or not flags.check_attributes:
             return [], None, None
+        if lb is not None and not lb.get("SecurityGroups"):
+            assert model.nlb is not None
+            subnets = reads.lb_subnet_ids(lb)
+            # Only added here: the old rules go once the listeners have moved (deploy, after apply_plan).
+            unreachable = self.security_groups.ensure_nlb_node_rules(
+                model.nlb, model.config, subnets, flags.thorough, revoke=False
+            )
+            return [], unreachable, None
         group_ids = self.security_groups.ensure_lb_group(
             model.name, model.service, model.config, "nlb", dict(model.config.additional_tags), scanned, model.frontend
         )

@@ -7,6 +7,7 @@ and one DescribeTargetHealth per target group; a thorough pass also asks the tag
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -120,6 +121,11 @@ def active_hostname(clients: AwsClients, lb_arn: str) -> str | None:
     if not found or (found[0].get("State") or {}).get("Code") == "failed":
         return None
     return str(found[0]["DNSName"])
+
+
+def lb_subnet_ids(lb: Mapping[str, Any]) -> list[str]:
+    """The subnets of a DescribeLoadBalancers entry (one per zone)."""
+    return [str(az["SubnetId"]) for az in lb.get("AvailabilityZones") or [] if az.get("SubnetId")]
 
 
 def subnet_cidrs(clients: AwsClients, subnet_ids: list[str]) -> dict[str, str]:

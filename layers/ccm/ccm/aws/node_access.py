@@ -48,7 +48,7 @@ class NodeAccess:
         shared = backend is not None and backend in lb_group_ids
         if shared and self.shared.has_backend_rule(str(backend)):
             return None  # the warm path: no call
-        groups = self._read_node_groups()
+        groups = self.read_node_groups()
         if not groups:
             instance_groups: list[list[str]] = []
             if instance_ids:
@@ -103,7 +103,7 @@ class NodeAccess:
 
     def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
         """Retire the node rules named after the LB, and any from its managed group `lb_group_id`."""
-        groups = self._read_node_groups()
+        groups = self.read_node_groups()
         node_ids = {str(g["GroupId"]) for g in groups}
         retire: dict[str, list[IngressRule]] = {}
         for group in groups:
@@ -117,7 +117,7 @@ class NodeAccess:
         """For the sweeper: node rules named after an LB that no longer exists are retired (revoked, or handed
         to another of our LBs sharing the source group). `live(names)` returns those of the names that exist.
         Returns the stale rules found."""
-        groups = self._read_node_groups()
+        groups = self.read_node_groups()
         node_ids = {str(g["GroupId"]) for g in groups}
         rules_of = {
             str(g["GroupId"]): [
@@ -141,7 +141,8 @@ class NodeAccess:
         """Forget the node groups and the shared groups (ids, the backend rule): all read again on next need."""
         self._node_groups.forget()
 
-    def _read_node_groups(self) -> list[dict[str, Any]]:
+    def read_node_groups(self) -> list[dict[str, Any]]:
+        """The node groups as DescribeSecurityGroups answers (rules included): one read; [] when none is tagged."""
         return self._node_groups.read()
 
     def _retire(

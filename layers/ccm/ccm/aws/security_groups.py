@@ -17,6 +17,7 @@ API (used by both drivers; the pure part is in `security_groups_model`, the node
     group(s), for all LBs (cached: no call warm); with bring-your-own groups: one rule from `lb_group_ids[0]`.
   - `retire_replaced(lb_name, uid, attached, group_ids, thorough)` — migration of an LB of the previous design:
     its own node rule and (unless still its frontend) its group go once it carries `group_ids`.
+  - `ensure_nlb_node_rules(spec, config, subnets, thorough)` — an NLB without groups' CIDR node rules.
   - `revoke_node_access(lb_name, lb_group_id)` — retire the node rules of that LB.
   - `delete_lb_group(lb_name, service_uid)` — retire its node rules, then delete the managed group; raises
     RetryError while AWS still reports a dependency. Call it once no LB of that name (NLB or CLB: they share
@@ -68,6 +69,8 @@ from ccm.aws import security_groups_model as m
 from ccm.aws.clients import AwsClients
 from ccm.aws.errors import error_code
 from ccm.aws.lbconfig import LoadBalancerConfig
+from ccm.aws.nlb_model import NLBSpec
+from ccm.aws.nlb_node_rules import NlbNodeRules, SubnetIds
 from ccm.aws.node_access import NodeAccess
 from ccm.aws.parallel import in_parallel
 from ccm.aws.security_group_rules import CONFLICT_RETRY_SECONDS, RuleWriter
@@ -107,6 +110,7 @@ class SecurityGroups:
         self._rules = RuleWriter(clients, self._cluster_tag, self.forget_node_groups)
         self.shared = SharedGroups(clients, cluster, self._rules)
         self._nodes = NodeAccess(clients, cluster, self._rules, self.shared)
+        self._nlb_rules = NlbNodeRules(clients, cluster, self._rules, self._nodes)  # NLBs without groups
         self._seen: dict[str, tuple[str, ...]] = {}  # lb name -> its groups, read right before deleting it
 
     # -- the load balancer's groups --------------------------------------------------------------------------------
@@ -380,8 +384,17 @@ class SecurityGroups:
         (NodeAccess.ensure_node_access)."""
         return self._nodes.ensure_node_access(lb_group_ids, lb_name, service_uid, instance_ids)
 
+    def ensure_nlb_node_rules(
+        self, spec: NLBSpec, config: LoadBalancerConfig, subnets: SubnetIds, thorough: bool, revoke: bool = True
+    ) -> str | None:
+        """An NLB without groups: its CIDR rules on the node groups (ccm.aws.nlb_node_rules); a Warning's text when
+        no node group is tagged. `revoke=False`: only add (before its listeners change)."""
+        return self._nlb_rules.ensure(spec, config, subnets, thorough, revoke)
+
     def revoke_node_access(self, lb_name: str, lb_group_id: str | None) -> None:
-        """Retire the node rules named after the LB, and any from its managed group `lb_group_id`."""
+        """Retire the node rules named after the LB (an NLB without groups' CIDR rules too), and any from its
+        managed group `lb_group_id`."""
+        self._nlb_rules.forget(lb_name)
         self._nodes.revoke_node_access(lb_name, lb_group_id)
 
     def revoke_stale_node_rules(self, live: Callable[[set[str]], Collection[str]]) -> list[IngressRule]:
@@ -394,4 +407,5 @@ class SecurityGroups:
 
     def forget_node_groups(self) -> None:
         """Forget the node groups and the shared groups (ids, the backend rule): all read again on next need."""
+        self._nlb_rules.forget_all()
         self._nodes.forget_node_groups()

@@ -30,7 +30,10 @@ ROLE_BACKEND: Final = "backend"
 ROLE_FRONTEND: Final = "frontend-default"  # the legacy all-ports group (0.2 and earlier): only ever retired
 ROLE_LISTENERS: Final = "frontend-listeners"  # a listener group, one per port set (ccm.aws.frontend_model)
 _EVERYWHERE: Final = ("0.0.0.0/0", "::/0")
-_NODE_RULE = re.compile(r"^serverless-ccm: from load balancer (?P<lb>[A-Za-z0-9-]+)(?: \(service (?P<uid>[^)]*)\))?$")
+# "(nlb client|health|mtu)": the CIDR rules of an NLB without security groups (ccm.aws.nlb_node_rules_model).
+_NODE_RULE = re.compile(
+    r"^serverless-ccm: from load balancer (?P<lb>[A-Za-z0-9-]+)(?: \((?:service [^)]*|nlb (?:client|health|mtu))\))?$"
+)
 # Our load balancer names ("a" + UID without dashes, 32 chars): only these may inherit a shared node rule.
 _OUR_LB_NAME = re.compile(r"^a[0-9a-f]{31}$")
 # ENI descriptions of load balancers: "ELB net/<name>/<id>" (NLB), "ELB app/<name>/<id>" (ALB), "ELB <name>" (CLB).

@@ -135,6 +135,7 @@ PROBES: tuple[Probe, ...] = (
             "ec2:DescribeSecurityGroupRules",
             "ec2:DescribeInstances",
             "ec2:DescribeManagedPrefixLists",
+            "ec2:DescribeVpcs",  # the clients of an internal NLB without security groups (ccm.aws.nlb_node_rules)
             "tag:GetResources",
         )
     ),
