@@ -98,6 +98,7 @@ class Watcher:
             window=config.endpoints_window_seconds,
             waiting_window=config.endpoints_waiting_window_seconds,
             load_balancer_class=config.load_balancer_class,
+            claim_unclassed=config.services_without_class == "claim",
         )
         self.informers: dict[str, Informer] = {
             "Service": services,

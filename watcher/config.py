@@ -53,6 +53,9 @@ class Config:
     # The stack's LoadBalancerClass: ENDPOINTS hints only for Services of this class or of none. The install
     # (ccm.install.render) sets it from the stack; the doctor compares them.
     load_balancer_class: str = DEFAULT_LOAD_BALANCER_CLASS
+    # claim | ignore: the stack's ServicesWithoutClass as its functions apply it (claim: a Service without a class is
+    # ours; its hints are sent). The install sets it; claim by default, which sends and lets the functions decide.
+    services_without_class: str = "claim"
 
 
 # (flag, Config field, type, help). The env var is WATCHER_<FIELD upper-cased>.
@@ -83,6 +86,12 @@ _FLAGS: tuple[tuple[str, str, type, str], ...] = (
         "the same window when only not-ready endpoints changed (they matter only to readiness-gated pods)",
     ),
     ("--load-balancer-class", "load_balancer_class", str, "the stack's LoadBalancerClass (endpoint hints only)"),
+    (
+        "--services-without-class",
+        "services_without_class",
+        str,
+        "claim or ignore: whether Services without a class are ours (endpoint hints only)",
+    ),
 )
 
 
@@ -118,6 +127,8 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
     if not 0 <= args.endpoints_waiting_window_seconds <= MAX_ENDPOINTS_WINDOW_SECONDS:
         # Below the short window it acts as the short window (watcher.endpoints.Coalescer).
         parser.error(f"--endpoints-waiting-window-seconds must be between 0 and {MAX_ENDPOINTS_WINDOW_SECONDS:g}")
+    if args.services_without_class not in ("claim", "ignore"):
+        parser.error("--services-without-class must be claim or ignore")
     if args.resync_seconds <= 0:
         parser.error("--resync-seconds must be > 0")
     return Config(**{field: getattr(args, field) for _, field, _, _ in _FLAGS})

@@ -6,9 +6,10 @@ which slices and Services, and how changes are coalesced).
   every slice carries `kubernetes.io/service-name`, those without it are skipped on arrival. Instead of deltas, it
   feeds the slice index and marks the Services whose slices changed. It never waits for the buffer.
 * `EndpointHints` owns the index and the coalescer (one lock) and runs the flusher thread: when a Service's window
-  closes it asks the Service informer's cache whether the Service is (still) in `ip` mode and not of another
-  controller's loadBalancerClass, and queues one ENDPOINTS delta, uid from that cache. Nothing is flushed before
-  the Service informer's first list (the judgement needs its cache); what arrived meanwhile waits.
+  closes it asks the Service informer's cache whether the Service is (still) in `ip` mode and ours (its
+  loadBalancerClass; the stack's choice for Services without one), and queues one ENDPOINTS delta, uid from that
+  cache. Nothing is flushed before the Service informer's first list (the judgement needs its cache); what arrived
+  meanwhile waits.
 
 Relist (the first list after a start, after a 410 or a server behind us): a listed slice whose resourceVersion
 differs from the remembered one, or that is new, and a remembered one no longer listed, mark their Service. The
@@ -68,9 +69,10 @@ class EndpointHints:
         window: float = DEFAULT_WINDOW_SECONDS,
         waiting_window: float = DEFAULT_WAITING_WINDOW_SECONDS,
         load_balancer_class: str | None = None,
+        claim_unclassed: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._class = load_balancer_class
+        self._class, self._claim_unclassed = load_balancer_class, claim_unclassed
         self._buffer = buffer
         self._metrics = metrics
         self._service_entry = service_entry
@@ -118,7 +120,7 @@ class EndpointHints:
         if not self._services_synced.is_set():
             return True
         entry = self._service_entry(service)
-        return entry is not None and ip_mode(entry.trimmed, self._class)
+        return entry is not None and ip_mode(entry.trimmed, self._class, self._claim_unclassed)
 
     # --- the flusher -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -161,7 +163,7 @@ class EndpointHints:
         queued = 0
         for service, pending in due:
             entry = self._service_entry(service)
-            if entry is None or not ip_mode(entry.trimmed, self._class):
+            if entry is None or not ip_mode(entry.trimmed, self._class, self._claim_unclassed):
                 # Left `ip` mode or gone while the window was open: its own MODIFIED/DELETED covers it.
                 self._metrics.endpoint_hints.labels(outcome="dropped").inc()
                 continue

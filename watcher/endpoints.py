@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ccm.contracts.endpoints import TARGET, WAITING, endpoint_role
+from ccm.contracts.kube import belongs_to_us
 
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 TARGET_TYPE_ANNOTATION: Final = "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"
@@ -54,14 +55,21 @@ DEFAULT_WINDOW_SECONDS: Final = 0.5
 DEFAULT_WAITING_WINDOW_SECONDS: Final = 5.0
 
 
-def ip_mode(trimmed: Mapping[str, Any] | None, load_balancer_class: str | None = None) -> bool:
+def ip_mode(
+    trimmed: Mapping[str, Any] | None, load_balancer_class: str | None = None, claim_unclassed: bool = True
+) -> bool:
     """A live LoadBalancer Service (trimmed, ccm.contracts.messages.trim_service) whose targets are pod IPs and that
-    is not another controller's: its `loadBalancerClass` is ours or unset (whether an unclassed Service is ours,
-    SERVICES_WITHOUT_CLASS, is the stack's setting: the reconciler decides, for one GET)."""
+    we serve (ccm.contracts.kube.belongs_to_us: our `loadBalancerClass`, or none when the stack claims those, and
+    not handed to the AWS Load Balancer Controller by `aws-load-balancer-type`). None: any class counts."""
     if not trimmed or trimmed.get("type") != "LoadBalancer" or "deletionTimestamp" in trimmed:
         return False
-    if load_balancer_class is not None and trimmed.get("loadBalancerClass") not in (None, load_balancer_class):
-        return False
+    if load_balancer_class is not None:
+        as_service = {
+            "metadata": {"annotations": trimmed.get("annotations") or {}},
+            "spec": {"loadBalancerClass": trimmed.get("loadBalancerClass")},
+        }
+        if not belongs_to_us(as_service, load_balancer_class, claim_unclassed):
+            return False
     value = (trimmed.get("annotations") or {}).get(TARGET_TYPE_ANNOTATION, "")
     return str(value).strip().lower() == "ip"
 

@@ -21,6 +21,7 @@ import yaml
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
+from ccm.config import claims_unclassed
 from ccm.install.cli import REPO, main, push, stack_view
 from ccm.install.render import PLACEHOLDERS, Image, RenderError, StackView, render
 from devstack.k8s_emulator import Emulator
@@ -93,6 +94,10 @@ def test_the_overlay_from_the_stack_has_no_placeholder_and_applies(tmp_path: Pat
     # The watcher's hints follow the functions' class (the stack's parameter, else its default).
     assert config["data"]["WATCHER_LOAD_BALANCER_CLASS"] == stack.parameters.get(
         "LoadBalancerClass", "ccm.aws/serverless"
+    )
+    # ... and their choice for Services without a class (template.yaml's ClaimServicesWithoutClass).
+    assert config["data"]["WATCHER_SERVICES_WITHOUT_CLASS"] == (
+        "claim" if claims_unclassed(stack.parameters) else "ignore"
     )
     emu = Emulator().start()
     try:

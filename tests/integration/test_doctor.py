@@ -221,6 +221,7 @@ def test_a_well_prepared_environment_passes(env: Env, cluster: Callable[[list[di
         "watcher.ServicesQueueUrl",
         "watcher.NodesQueueUrl",
         "watcher.LoadBalancerClass",
+        "watcher.ServicesWithoutClass",
         "watcher.heartbeat",
     }
     assert not by_check(findings, "rbac.group.routes")  # EnableRoutes=false: no routes function, no check

@@ -36,6 +36,7 @@ def test_a_healthy_watcher_passes_every_check() -> None:
         "watcher.ServicesQueueUrl": "ok",
         "watcher.NodesQueueUrl": "ok",
         "watcher.LoadBalancerClass": "ok",
+        "watcher.ServicesWithoutClass": "ok",
         "watcher.heartbeat": "ok",
     }
     assert "2/2 pod(s) ready" in findings[0].message and "10 services queue message(s)" in findings[-1].message
@@ -78,6 +79,19 @@ def test_a_class_other_than_the_stacks_fails_and_the_defaults_agree() -> None:
     given = watcher(env={**GOOD_ENV, "WATCHER_LOAD_BALANCER_CLASS": "example.com/nlb"})
     assert statuses(given, classed)["watcher.LoadBalancerClass"] == "ok"
     assert statuses(given)["watcher.LoadBalancerClass"] == "fail"  # the stack keeps the default class
+
+
+def test_a_watcher_ignoring_what_the_stack_claims_fails() -> None:
+    claims = StackFacts("ccm", STACK.outputs, {"ServicesWithoutClass": "claim"}, {})
+    ignoring = watcher(env={**GOOD_ENV, "WATCHER_SERVICES_WITHOUT_CLASS": "ignore"})
+    [finding] = [f for f in check_watcher(ignoring, claims) if f.check == "watcher.ServicesWithoutClass"]
+    assert finding.status == "fail" and "WATCHER_SERVICES_WITHOUT_CLASS=claim" in finding.fix
+    # auto = ignore on EKS auth, claim otherwise (template.yaml's ClaimServicesWithoutClass)
+    self_managed = StackFacts("ccm", STACK.outputs, {"KubeAuthMode": "kubeconfig-secret"}, {})
+    assert statuses(ignoring, self_managed)["watcher.ServicesWithoutClass"] == "fail"
+    assert statuses(ignoring)["watcher.ServicesWithoutClass"] == "ok"
+    # claiming more than the stack only sends hints the functions answer with nothing
+    assert statuses(watcher(), STACK)["watcher.ServicesWithoutClass"] == "ok"
 
 
 def test_no_heartbeat_in_the_window_fails_and_an_unreadable_metric_is_unknown() -> None:

@@ -65,6 +65,10 @@ def test_ip_mode_leaves_other_controllers_classes_out() -> None:
     assert ip_mode(ip, "ccm.aws/serverless")  # unclassed: the reconciler decides (SERVICES_WITHOUT_CLASS)
     assert ip_mode({**ip, "loadBalancerClass": "ccm.aws/serverless"}, "ccm.aws/serverless")
     assert not ip_mode({**ip, "loadBalancerClass": "service.k8s.aws/nlb"}, "ccm.aws/serverless")
+    # Without a class: ours only when the stack claims those, and never one handed to the LBC by its type.
+    assert not ip_mode(ip, "ccm.aws/serverless", claim_unclassed=False)
+    lbc = {**ip, "annotations": {**ip["annotations"], "service.beta.kubernetes.io/aws-load-balancer-type": "external"}}
+    assert not ip_mode(lbc, "ccm.aws/serverless")
 
 
 def test_the_index_reports_each_change_once_and_keeps_only_keys_and_versions() -> None:

@@ -17,6 +17,12 @@ def load_balancer_class(stack_parameters: Mapping[str, str]) -> str:
     return stack_parameters.get("LoadBalancerClass") or DEFAULT_LOAD_BALANCER_CLASS
 
 
+def claims_unclassed(stack_parameters: Mapping[str, str]) -> bool:
+    """template.yaml's ClaimServicesWithoutClass condition: `claim`, or `auto` (the default) off EKS auth."""
+    mode = stack_parameters.get("ServicesWithoutClass") or "auto"
+    return mode == "claim" or (mode == "auto" and (stack_parameters.get("KubeAuthMode") or "eks") != "eks")
+
+
 # How long node changes are coalesced into one HOSTS message (the nodes Lambda) and the longest a HOSTS message
 # may wait (the services Lambda): both read the same variable.
 DEFAULT_BUCKET_SECONDS: Final = 15

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ccm.config import DEFAULT_LOAD_BALANCER_CLASS, load_balancer_class
+from ccm.config import DEFAULT_LOAD_BALANCER_CLASS, claims_unclassed, load_balancer_class
 from ccm.doctor.facts import StackFacts, WatcherFacts
 from ccm.doctor.findings import Finding, fail, ok, unknown
 
 # The watcher's setting (watcher/config.py: WATCHER_<FIELD>) -> the stack output it must equal.
 CLASS_SETTING = "WATCHER_LOAD_BALANCER_CLASS"
+UNCLASSED_SETTING = "WATCHER_SERVICES_WITHOUT_CLASS"
 QUEUE_SETTINGS = {"WATCHER_SERVICES_QUEUE_URL": "ServicesQueueUrl", "WATCHER_NODES_QUEUE_URL": "NodesQueueUrl"}
 
 
@@ -120,17 +121,32 @@ def _queues(w: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
 
 
 def _load_balancer_class(w: WatcherFacts, stack: StackFacts | None) -> list[Finding]:
-    """The watcher forwards EndpointSlice hints only for Services of its class (or none): another class than the
-    functions' would leave their `ip` Services of that class without hints."""
+    """The watcher forwards EndpointSlice hints only for Services it believes ours (its class; none, when it claims
+    those): another class, or ignoring what the functions claim, leaves their `ip` Services without hints."""
     if w.error or not w.found or stack is None:
         return []
-    expected, given = load_balancer_class(stack.parameters), w.env.get(CLASS_SETTING, DEFAULT_LOAD_BALANCER_CLASS)
-    if given == expected:
-        return [ok("watcher.LoadBalancerClass", f"{CLASS_SETTING} is the stack's LoadBalancerClass")]
-    fix = f"{w.install_fix} (it sets {CLASS_SETTING}={expected} from the stack's parameters)"
-    return [
-        fail("watcher.LoadBalancerClass", f"the watcher's {CLASS_SETTING} is {given}, not the stack's {expected}", fix)
-    ]
+    findings = []
+    claim = "claim" if claims_unclassed(stack.parameters) else "ignore"
+    for check, setting, expected, default in (
+        (
+            "watcher.LoadBalancerClass",
+            CLASS_SETTING,
+            load_balancer_class(stack.parameters),
+            DEFAULT_LOAD_BALANCER_CLASS,
+        ),
+        ("watcher.ServicesWithoutClass", UNCLASSED_SETTING, claim, "claim"),
+    ):
+        given = w.env.get(setting, default)
+        if given == expected:
+            findings.append(ok(check, f"{setting} is the stack's {check.split('.')[1]} ({expected})"))
+            continue
+        if setting == UNCLASSED_SETTING and given == "claim":
+            # Hints for Services the functions ignore: one GET each there, nothing lost.
+            findings.append(ok(check, f"{setting}=claim sends hints the functions ignore ({expected}): harmless"))
+            continue
+        fix = f"{w.install_fix} (it sets {setting}={expected} from the stack's parameters)"
+        findings.append(fail(check, f"the watcher's {setting} is {given}, not the stack's {expected}", fix))
+    return findings
 
 
 def _heartbeats(w: WatcherFacts) -> Finding:

@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ccm.config import load_balancer_class
+from ccm.config import claims_unclassed, load_balancer_class
 
 # What deploy/base ships as placeholders: none may survive into an applied overlay.
 PLACEHOLDERS = re.compile(r"111122223333|CLUSTER-ccm|[Cc][Hh][Aa][Nn][Gg][Ee][-_]?[Mm][Ee]|EXAMPLE|<[a-z ]+>")
@@ -65,6 +65,7 @@ def render(stack: StackView, image: Image, deploy_dir: str) -> dict[str, str]:
                     f"WATCHER_NODES_QUEUE_URL={stack.outputs['NodesQueueUrl']}",
                     f"WATCHER_AWS_REGION={stack.region}",
                     f"WATCHER_LOAD_BALANCER_CLASS={load_balancer_class(stack.parameters)}",
+                    f"WATCHER_SERVICES_WITHOUT_CLASS={'claim' if claims_unclassed(stack.parameters) else 'ignore'}",
                 ],
             }
         ],
