@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ccm.config import DEFAULT_LOAD_BALANCER_CLASS
+from ccm.contracts.kube import DEFAULT_LOAD_BALANCER_CLASS
 from watcher.endpoints import DEFAULT_WAITING_WINDOW_SECONDS, DEFAULT_WINDOW_SECONDS
 
 ENV_PREFIX = "WATCHER_"

@@ -137,13 +137,17 @@ def test_only_what_the_watcher_imports_is_copied_and_the_context_is_filtered(
 ) -> None:
     sources = [s for stage in stages(instructions) for srcs, _ in copies(stage) for s in srcs]
     ccm_imports = ccm_modules_the_watcher_imports()
-    # The delta contract and the small Kubernetes client, nothing of the reconcilers.
+    # The delta contract, the endpoint and Service-ownership rules the hints follow (pure), and the small Kubernetes
+    # client: nothing of the reconcilers.
     assert ccm_imports == {
         f"layers/ccm/ccm/{m}.py"
         for m in [
             "__init__",
             "contracts/__init__",
             "contracts/messages",
+            "contracts/endpoints",
+            "contracts/kube",
+            "contracts/provider_id",
             "deadline",
             "k8s/__init__",
             "k8s/rest",

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from ccm.contracts.cluster import Cluster
+from ccm.contracts.kube import DEFAULT_LOAD_BALANCER_CLASS
 
-DEFAULT_LOAD_BALANCER_CLASS: Final = "ccm.aws/serverless"
+__all__ = ["DEFAULT_LOAD_BALANCER_CLASS", "KubeSettings", "Settings", "claims_unclassed", "load_balancer_class"]
 
 
 def load_balancer_class(stack_parameters: Mapping[str, str]) -> str:

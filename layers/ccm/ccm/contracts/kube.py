@@ -12,6 +12,9 @@ from typing import Any, Final, Protocol
 
 from ccm.contracts.provider_id import instance_id_from_provider_id
 
+# The spec.loadBalancerClass this controller answers to unless the stack names another (template.yaml).
+DEFAULT_LOAD_BALANCER_CLASS: Final = "ccm.aws/serverless"
+
 KubeObject = dict[str, Any]
 
 FINALIZER: Final = "service.kubernetes.io/load-balancer-cleanup"
