@@ -61,8 +61,9 @@ class Pods:
         return {(p["status"]["podIP"], 8080) for p in ready}
 
 
-def create_ip_service(core: Any, pods: Pods, annotations: dict[str, str]) -> dict[str, Any]:
-    """The Service, then its slices (the EndpointSlice controller acts on Services)."""
+def create_ip_service(core: Any, pods: Pods, annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
+    """The Service (one port to the pods' `http` unless `spec` says otherwise), then its slices (the EndpointSlice
+    controller acts on Services)."""
     body = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -71,6 +72,7 @@ def create_ip_service(core: Any, pods: Pods, annotations: dict[str, str]) -> dic
             "type": "LoadBalancer",
             "selector": {"app": "web"},
             "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+            **spec,
         },
     }
     svc: dict[str, Any] = json.loads(core.create_namespaced_service("default", body, _preload_content=False).data)

@@ -17,7 +17,7 @@ import pytest
 from ccm.contracts.messages import delta_for
 from devstack.k8s_emulator import Emulator
 from tests.integration.conftest import REGION, World
-from tests.integration.test_ip_mode import IP_MODE, Pods, health, target_groups
+from tests.integration.test_ip_mode import IP_MODE, Pods, create_ip_service, health, target_groups
 from tests.integration.test_one_model_per_pass import stack  # noqa: F401
 from tests.integration.test_service_reconciler import invoke
 
@@ -48,21 +48,7 @@ def _ipv6_subnets() -> list[str]:
 
 
 def _ipv6_service(core: Any, pods: Pods, annotations: dict[str, str]) -> dict[str, Any]:
-    body = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "web", "namespace": "default", "annotations": annotations},
-        "spec": {
-            "type": "LoadBalancer",
-            "selector": {"app": "web"},
-            "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
-            "ipFamilyPolicy": "PreferDualStack",
-            "ipFamilies": ["IPv6"],
-        },
-    }
-    svc: dict[str, Any] = json.loads(core.create_namespaced_service("default", body, _preload_content=False).data)
-    pods.slices.sync_all()
-    return svc
+    return create_ip_service(core, pods, annotations, ipFamilyPolicy="PreferDualStack", ipFamilies=["IPv6"])
 
 
 @pytest.fixture

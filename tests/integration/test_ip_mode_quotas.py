@@ -15,6 +15,7 @@ from tests.integration.conftest import World
 from tests.integration.test_ip_mode import (  # noqa: F401
     IP_MODE,
     Pods,
+    create_ip_service,
     health,
     hint,
     pods,
@@ -33,21 +34,8 @@ def test_two_listeners_share_the_nlbs_quota_and_the_rest_is_a_warning(
     stack["runtime"].balancer.deployers["nlb"].ip_targets.quotas = TargetQuotas(per_lb=5)
     core = stack["core"]
     pods.scale(4)  # 4 pods x 2 listeners = 8 targets for 5 places
-    body = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "web", "namespace": "default", "annotations": IP_MODE},
-        "spec": {
-            "type": "LoadBalancer",
-            "selector": {"app": "web"},
-            "ports": [
-                {"name": "http", "port": 80, "targetPort": "http"},
-                {"name": "alt", "port": 8080, "targetPort": "http"},
-            ],
-        },
-    }
-    svc = json.loads(core.create_namespaced_service("default", body, _preload_content=False).data)
-    pods.slices.sync_all()
+    ports = [{"name": "http", "port": 80, "targetPort": "http"}, {"name": "alt", "port": 8080, "targetPort": "http"}]
+    svc = create_ip_service(core, pods, IP_MODE, ports=ports)
     assert invoke(stack, [delta_for("Service", "ADDED", svc).to_body()]) == {"batchItemFailures": []}
     groups = target_groups()
     assert len(groups) == 2
